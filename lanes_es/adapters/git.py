@@ -1,0 +1,113 @@
+"""The one way lanes-es runs git: `sh`, hooks and signing off, no pager, no prompt, counted.
+
+Every spawn costs milliseconds (about 7 ms through `sh` here), so each call is
+counted and timed in `STATS`; a tick reports them with `LANES_ES_STATS=<file>`.
+Nothing else in the project imports `sh` or `subprocess` to run git.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import sh
+
+from lanes_es.ports import GitFailure
+
+DEFAULT_AUTHOR_NAME = "Immune-Brain Batch"
+DEFAULT_AUTHOR_EMAIL = "immune-brain@local"
+
+_GIT = sh.Command("git")
+
+
+@dataclass
+class SpawnStats:
+    """Counters a tick resets at its start and reports at its end."""
+
+    spawns: int = 0
+    seconds: float = 0.0
+    commands: list[str] = field(default_factory=list)
+    keep_commands: bool = False
+
+    def reset(self) -> None:
+        self.spawns = 0
+        self.seconds = 0.0
+        self.commands.clear()
+
+
+STATS = SpawnStats()
+
+
+@dataclass(frozen=True)
+class GitResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def text(self) -> str:
+        """stdout decoded (invalid UTF-8 replaced), trailing newline stripped."""
+        return self.stdout.decode("utf-8", "replace").rstrip("\n")
+
+    @property
+    def error_text(self) -> str:
+        return self.stderr.decode("utf-8", "replace").strip()
+
+
+def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment plus what keeps git quiet and lock-free (sh's _env replaces it whole)."""
+    env = dict(os.environ)
+    env.update({"GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
+    if extra:
+        env.update(extra)
+    return env
+
+
+def batch_identity_env() -> dict[str, str]:
+    """Author and committer from the environment, else upstream's batch identity."""
+    return {
+        "GIT_AUTHOR_NAME": os.environ.get("GIT_AUTHOR_NAME", DEFAULT_AUTHOR_NAME),
+        "GIT_AUTHOR_EMAIL": os.environ.get("GIT_AUTHOR_EMAIL", DEFAULT_AUTHOR_EMAIL),
+        "GIT_COMMITTER_NAME": os.environ.get("GIT_COMMITTER_NAME", DEFAULT_AUTHOR_NAME),
+        "GIT_COMMITTER_EMAIL": os.environ.get("GIT_COMMITTER_EMAIL", DEFAULT_AUTHOR_EMAIL),
+    }
+
+
+def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None, timeout: float | None = None) -> GitResult:
+    """Run `git -C root -c core.hooksPath=/dev/null -c commit.gpgsign=false <args>`.
+
+    Exit codes in `ok_codes` return a GitResult; any other raises GitFailure with
+    git's own words. Output is bytes; decode where the format is known.
+    """
+    argv = ["-C", root, "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", *args]
+    started = time.perf_counter()
+    STATS.spawns += 1
+    if STATS.keep_commands:
+        STATS.commands.append(" ".join(args[:3]))
+    # sh's `_timeout` polls and adds about 100 ms to every call, so it is passed only when asked for.
+    options: dict[str, object] = {"_timeout": timeout} if timeout is not None else {}
+    try:
+        process = _GIT(*argv, _env=git_env(env), _tty_out=False, _ok_code=list(ok_codes), _in=stdin,
+                       _return_cmd=True, **options)
+        return GitResult(process.exit_code, process.stdout, process.stderr)
+    except sh.ErrorReturnCode as error:
+        detail = error.stderr.decode("utf-8", "replace").strip() or error.stdout.decode("utf-8", "replace").strip()
+        raise GitFailure(f"git {' '.join(args[:2])} failed ({error.exit_code}): {detail}") from None
+    except sh.TimeoutException:
+        raise GitFailure(f"git {' '.join(args[:2])} timed out after {timeout}s") from None
+    except sh.CommandNotFound:
+        raise GitFailure("git is not installed or not on PATH") from None
+    finally:
+        STATS.seconds += time.perf_counter() - started
+
+
+def git_ok(root: str, *args: str, **options: object) -> GitResult:
+    """Run git accepting any exit code; the caller reads `exit_code`."""
+    return git(root, *args, ok_codes=range(0, 256), **options)  # type: ignore[arg-type]

@@ -1,0 +1,220 @@
+"""`LaneBatch`: one aggregate per batch, its state the v2 record.
+
+Each command checks its guard and raises `TransitionRefused` before any event is
+triggered, so an illegal transition (integrating a pending child, releasing a
+parked one) never enters the log. After each event the record must still pass
+the v2 validator; if it does not, the command raises and the tick saves nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterable
+
+from . import events as ev
+from .aggregate import ChainedAggregate, TransitionRefused
+from .record import (
+    IN_FLIGHT, apply_event, child_of, consumed_slots, dependents_to_skip, is_terminal, prepared_record,
+)
+from .validator import validate_record
+
+
+class LaneBatch(ChainedAggregate):
+    def __init__(self) -> None:
+        # The state, `self.record`, arrives with BatchPrepared (see apply_fact).
+        self.record: dict[str, Any] = {}
+
+    # ------------------------------------------------------------ creation
+
+    @classmethod
+    def prepare(cls, *, at: str, batch_id: str, initiative_slug: str, plan_digest: str, base_head: str,
+                branch: str, confirmation_time: str, budget: ev.Budget, max_parallel: int,
+                children: list[ev.PlanChild], final_verification: list[str] | None = None,
+                revision_delegation: str | None = None) -> "LaneBatch":
+        if not children:
+            raise TransitionRefused("batch plan is empty")
+        identities = {
+            child.task_id: ev.IntentIdentity(intent_path=child.intent_path, intent_revision=child.intent_revision,
+                                             intent_content_hash=child.intent_content_hash)
+            for child in children
+            if child.intent_path is not None and child.intent_revision is not None
+            and child.intent_content_hash is not None
+        }
+        return cls._start(
+            ev.BatchPrepared, batch_id, at=at, batch_id=batch_id, initiative_slug=initiative_slug,
+            plan_digest=plan_digest, base_head=base_head, branch=branch, confirmation_time=confirmation_time,
+            budget=budget, max_parallel=max_parallel, children=children,
+            final_verification=final_verification or None, revision_delegation=revision_delegation,
+            intent_identities=identities or None,
+        )
+
+    def apply_fact(self, event: Any) -> None:
+        if isinstance(event, ev.BatchPrepared):
+            self.record = prepared_record(event)
+        else:
+            apply_event(self.record, event)
+        super().apply_fact(event)
+
+    def trigger_event(self, event_class: type[ev.Event], **fields: Any) -> None:  # type: ignore[override]
+        super().trigger_event(event_class, **fields)
+        validate_record(self.record, self.id)
+
+    # ------------------------------------------------------------ reading
+
+    @property
+    def batch_state(self) -> str:
+        return self.record["batch_state"]
+
+    def child(self, task_id: str) -> dict[str, Any]:
+        return child_of(self.record, task_id)
+
+    def children_in(self, *states: str) -> list[dict[str, Any]]:
+        return [child for child in self.record["children"] if child["state"] in states]
+
+    # ------------------------------------------------------------ guards
+
+    def _require_moving(self) -> None:
+        if is_terminal(self.batch_state):
+            raise TransitionRefused(f"batch {self.id} is {self.batch_state}; a terminal record does not move")
+
+    def _require_child(self, task_id: str, *states: str) -> dict[str, Any]:
+        self._require_moving()
+        try:
+            child = self.child(task_id)
+        except KeyError as error:
+            raise TransitionRefused(str(error)) from None
+        if child["state"] not in states:
+            raise TransitionRefused(
+                f"child {task_id} is {child['state']}; expected {' or '.join(states)}")
+        return child
+
+    # ------------------------------------------------------------ transitions
+
+    def start(self, at: str) -> None:
+        if self.batch_state != "prepared":
+            raise TransitionRefused(f"batch {self.id} is {self.batch_state}, not prepared")
+        self.trigger_event(ev.BatchStarted, at=at)
+
+    def admit_lane(self, at: str, task_id: str, lane: ev.LaneBinding) -> None:
+        self._require_child(task_id, "pending")
+        if consumed_slots(self.record) >= self.record["budget"]["max_children"]:
+            raise TransitionRefused(f"max_children budget exhausted ({self.record['budget']['max_children']})")
+        self.trigger_event(ev.LaneAdmitted, at=at, task_id=task_id, lane=lane)
+
+    def enroll(self, at: str, task_id: str, run_id: str, reason: str | None = None) -> None:
+        self._require_child(task_id, "lane_admitted")
+        self.trigger_event(ev.Enrolled, at=at, task_id=task_id, run_id=run_id, reason=reason)
+
+    def settle(self, at: str, task_id: str, *, qa_failures_reset: bool = False) -> None:
+        self._require_child(task_id, "enrolled")
+        self.trigger_event(ev.Settled, at=at, task_id=task_id, qa_failures_reset=qa_failures_reset)
+
+    def commit_lane(self, at: str, task_id: str, lane_commit: str) -> None:
+        self._require_child(task_id, "settled")
+        self.trigger_event(ev.LaneCommitted, at=at, task_id=task_id, lane_commit=lane_commit)
+
+    def integrate(self, at: str, task_id: str, commit: str, *, adopted: bool = False) -> None:
+        self._require_child(task_id, "lane_committed")
+        if commit in self.record["commits"]:
+            raise TransitionRefused(f"commit {commit} is already integrated for another child")
+        self.trigger_event(ev.Integrated, at=at, task_id=task_id, commit=commit, adopted=adopted)
+
+    def release(self, at: str, task_id: str) -> None:
+        self._require_child(task_id, "integrated")
+        self.trigger_event(ev.Released, at=at, task_id=task_id)
+
+    def park(self, at: str, task_id: str, reason: str, *, qa_failures: int | None = None) -> None:
+        self._require_child(task_id, *IN_FLIGHT)
+        skipped = dependents_to_skip(self.record, task_id)
+        self.trigger_event(ev.Parked, at=at, task_id=task_id, reason=reason, skipped=skipped,
+                           qa_failures=qa_failures)
+
+    def count_qa_failure(self, at: str, task_id: str, qa_failures: int, correction_due: str | None = None) -> None:
+        self._require_child(task_id, "enrolled")
+        self.trigger_event(ev.QaFailureCounted, at=at, task_id=task_id, qa_failures=qa_failures,
+                           correction_due=correction_due)
+
+    def open_review(self, at: str, task_id: str, reason: str) -> None:
+        self._require_child(task_id, "enrolled")
+        self.trigger_event(ev.ReviewOpened, at=at, task_id=task_id, reason=reason)
+
+    def record_intervention(self, at: str, task_id: str, kind: str, text: str) -> None:
+        child = self._require_child(task_id, "enrolled")
+        if kind == "correction" and not child.get("correction_due"):
+            raise TransitionRefused(f"{task_id} has no correction due")
+        digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        self.trigger_event(ev.InterventionRecorded, at=at, task_id=task_id, kind=kind, text=text,
+                           text_digest=digest)
+
+    def apply_delegated_revision(self, at: str, task_id: str, from_revision: int, to_revision: int,
+                                 intent_content_hash: str, confirmation_ref: str) -> None:
+        self._require_child(task_id, "enrolled")
+        self.trigger_event(ev.DelegatedRevisionApplied, at=at, task_id=task_id, from_revision=from_revision,
+                           to_revision=to_revision, intent_content_hash=intent_content_hash,
+                           confirmation_ref=confirmation_ref)
+
+    def reseal(self, at: str, task_id: str, to_digest: str, intent_revision: int, intent_content_hash: str) -> None:
+        self._require_child(task_id, "integrated")
+        if task_id not in self.record.get("intent_identities", {}):
+            raise TransitionRefused(f"{task_id} has no recorded intent identity")
+        self.trigger_event(ev.Resealed, at=at, task_id=task_id, from_digest=self.record["plan_digest"],
+                           to_digest=to_digest, intent_revision=intent_revision,
+                           intent_content_hash=intent_content_hash)
+
+    def change_grant(self, at: str, confirmation_time: str | None) -> None:
+        self._require_moving()
+        self.trigger_event(ev.DelegationGrantChanged, at=at, confirmation_time=confirmation_time)
+
+    def close_tracker(self, at: str, task_id: str) -> None:
+        child = self.child(task_id)
+        if child["state"] not in ("integrated", "released") or child.get("tracker_closed"):
+            raise TransitionRefused(f"child {task_id} is {child['state']}; its Issue closes once, after integration")
+        self.trigger_event(ev.TrackerClosed, at=at, task_id=task_id)
+
+    def adopt_head(self, at: str, from_head: str, to_head: str) -> None:
+        self._require_moving()
+        self.trigger_event(ev.HeadAdopted, at=at, from_head=from_head, to_head=to_head)
+
+    def restore_leaks(self, at: str, backup: str, paths: list[ev.RestoredPath]) -> None:
+        self._require_moving()
+        self.trigger_event(ev.LeaksRestored, at=at, backup=backup, paths=paths)
+
+    def resume_park(self, at: str, confirmation_time: str, children: list[ev.ResumedChild]) -> None:
+        if self.batch_state != "needs_human":
+            raise TransitionRefused(f"batch {self.id} is {self.batch_state}, not parked")
+        if confirmation_time <= self.record["confirmation_time"]:
+            raise TransitionRefused("the parked batch requires a fresh literal-user confirmation")
+        for resumed in children:
+            if self.child(resumed.task_id)["state"] != "needs_human":
+                raise TransitionRefused(f"child {resumed.task_id} is not parked")
+            if resumed.state not in ("enrolled", "settled", "lane_committed"):
+                raise TransitionRefused(f"child {resumed.task_id} cannot resume as {resumed.state}")
+        self.trigger_event(ev.ParkResumed, at=at, confirmation_time=confirmation_time, children=children)
+
+    def settle_batch(self, at: str, batch_state: str, reason: str | None, next_action: str,
+                     extras: ev.ReportExtras = ev.ReportExtras()) -> None:
+        self._require_moving()
+        if batch_state not in ("completed", "needs_human", "budget_stopped", "failed"):
+            raise TransitionRefused(f"a batch does not settle as {batch_state}")
+        self.trigger_event(ev.BatchSettled, at=at, batch_state=batch_state, reason=reason,
+                           next_action=next_action, extras=extras)
+
+    def supersede(self, at: str, reason: str, next_action: str) -> None:
+        self._require_moving()
+        in_flight = self.children_in(*IN_FLIGHT)
+        if in_flight:
+            raise TransitionRefused(f"batch {self.id} is {self.batch_state} but a child is still mid-flight")
+        self.trigger_event(ev.BatchSuperseded, at=at, reason=reason, next_action=next_action)
+
+    # ------------------------------------------------------------ audit only
+
+    def refuse_offers(self, at: str, refusals: Iterable[ev.LaneRefusal]) -> None:
+        refusals = list(refusals)
+        if refusals:
+            self.trigger_event(ev.OffersRefused, at=at, refusals=refusals)
+
+    def reject_tick(self, at: str, reason: str) -> None:
+        self.trigger_event(ev.TickRejected, at=at, reason=reason)
+
+    def note_drift(self, at: str, path: str) -> None:
+        self.trigger_event(ev.ProjectionDriftRepaired, at=at, path=path)

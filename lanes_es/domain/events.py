@@ -1,0 +1,421 @@
+"""The facts of the log: every transition of a batch, and every authorization of an Initiative.
+
+Events are frozen msgspec Structs so that the store can encode them whole, sorted and
+compact. Each carries `at`, the tick's `now` as a canonical timestamp (projections
+read time from there, never from a clock), and `digest`, the link of the audit
+chain: sha256(previous digest + canonical bytes of this event without its digest).
+
+Payloads are typed Structs rather than dicts: a Struct keeps its field order on a
+round trip through the sorted encoding, so a report rebuilt from the log has the
+same key order, and so the same bytes, as the one written on the live path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+from typing import Any, Union
+
+import msgspec
+from eventsourcing.domain import CanInitAggregate, CanMutateAggregate
+
+_CANONICAL = msgspec.json.Encoder(order="sorted")
+
+
+class Payload(msgspec.Struct, frozen=True, kw_only=True):
+    """A value inside an event. `plain()` gives it as upstream's JSON object."""
+
+    def plain(self) -> dict[str, Any]:
+        return {name: to_plain(getattr(self, name)) for name in self.__struct_fields__
+                if getattr(self, name) is not msgspec.UNSET}
+
+
+def to_plain(value: Any) -> Any:
+    """Structs, lists and dicts as plain JSON values, keeping field order."""
+    if isinstance(value, Payload):
+        return value.plain()
+    if isinstance(value, (list, tuple)):
+        return [to_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: to_plain(item) for key, item in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------- payloads
+
+
+class Budget(Payload, frozen=True, kw_only=True):
+    max_children: int
+    qa_failure_limit: int
+
+
+class PlanChild(Payload, frozen=True, kw_only=True):
+    """One enrollable child as authorized: its place in the plan and its intent identity."""
+
+    task_id: str
+    slice_id: str
+    blocked_by: list[str]
+    intent_path: str | None = None
+    intent_revision: int | None = None
+    intent_content_hash: str | None = None
+
+
+class IntentIdentity(Payload, frozen=True, kw_only=True):
+    intent_path: str
+    intent_revision: int
+    intent_content_hash: str
+
+
+class LaneBinding(Payload, frozen=True, kw_only=True):
+    path: str
+    branch: str
+    base_head: str
+
+
+class RestoredPath(Payload, frozen=True, kw_only=True):
+    path: str
+    kind: str  # "modified" | "untracked"
+    lane_task_id: str
+
+
+class ResumedChild(Payload, frozen=True, kw_only=True):
+    task_id: str
+    state: str
+
+
+class LaneRefusal(Payload, frozen=True, kw_only=True):
+    task_id: str
+    path: str
+    reason: str
+
+
+class TrackerObservation(Payload, frozen=True, kw_only=True):
+    task_id: str
+    status: str
+    message: str
+
+
+class VerificationResult(Payload, frozen=True, kw_only=True):
+    command: str
+    exit_code: int | None
+    signal: str | None
+    passed: bool
+    duration_ms: int
+
+
+class FinalVerificationReport(Payload, frozen=True, kw_only=True):
+    passed: bool
+    head: str
+    results: list[VerificationResult]
+
+
+class InstructionOutcome(Payload, frozen=True, kw_only=True):
+    task_id: str
+    kind: str
+    accepted: bool
+    reason: str | None
+
+
+class RevisionOutcome(Payload, frozen=True, kw_only=True):
+    task_id: str
+    accepted: bool
+    reason: str | None
+    fallback: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class ProvisionHandoff(Payload, frozen=True, kw_only=True, tag="provision", tag_field="handoff"):
+    role: str = "lane-steward"
+    action: str = "provision"
+    task_id: str
+    lane_branch: str
+    base_head: str
+    executor_hosts: list[str]
+
+
+class ReleaseHandoff(Payload, frozen=True, kw_only=True, tag="release", tag_field="handoff"):
+    role: str = "lane-steward"
+    action: str = "release"
+    task_id: str
+    lane_branch: str
+
+
+class CoordinatorHandoff(Payload, frozen=True, kw_only=True, tag="correct", tag_field="handoff"):
+    role: str = "coordinator"
+    action: str = "correct"
+    task_id: str
+    reason: str
+    corrections_used: int
+    corrections_left: int
+    lane_path: str
+
+
+class ExecutorHandoff(Payload, frozen=True, kw_only=True, tag="executor", tag_field="handoff"):
+    role: str = "executor"
+    task_id: str
+    run_id: str | None
+    record_revision: int | None
+    next_obligation: str | None
+    lane_branch: str
+    lane_path: str
+
+
+Handoff = Union[ProvisionHandoff, ReleaseHandoff, CoordinatorHandoff, ExecutorHandoff]
+
+
+class ReportExtras(Payload, frozen=True, kw_only=True):
+    """What a written report carries beyond the record: the tick's observations."""
+
+    handoffs: list[Handoff] = []
+    lane_refusals: list[LaneRefusal] = []
+    tracker_observations: list[TrackerObservation] = []
+    final_verification: FinalVerificationReport | None = None
+    lane_instruction: InstructionOutcome | None = None
+    lane_revision: RevisionOutcome | None = None
+
+
+# ---------------------------------------------------------------- event bases
+
+
+class _EventFields(msgspec.Struct, frozen=True, kw_only=True):
+    originator_id: str
+    originator_version: int
+    timestamp: datetime
+    at: str
+    digest: str = ""
+
+    def _as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__struct_fields__}
+
+    def apply(self, aggregate: Any) -> None:
+        aggregate.apply_fact(self)
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+
+class Event(_EventFields, CanMutateAggregate[str], frozen=True, kw_only=True):
+    """An event that moves an existing aggregate."""
+
+
+class CreatedEvent(_EventFields, CanInitAggregate[str], frozen=True, kw_only=True):
+    """The event that starts an aggregate."""
+
+    originator_topic: str
+
+
+def canonical_bytes(event: _EventFields) -> bytes:
+    """The bytes the audit chain hashes: the event's type and fields, sorted, without its digest."""
+    fields = {name: getattr(event, name) for name in event.__struct_fields__ if name != "digest"}
+    fields["event"] = type(event).__name__
+    return _CANONICAL.encode(fields)
+
+
+def chain_digest(previous: str, event: _EventFields) -> str:
+    return hashlib.sha256(previous.encode() + canonical_bytes(event)).hexdigest()
+
+
+# ---------------------------------------------------------------- LaneBatch events
+
+
+class BatchPrepared(CreatedEvent, frozen=True, kw_only=True):
+    """A new batch: the prepared v2 record."""
+
+    batch_id: str
+    initiative_slug: str
+    plan_digest: str
+    base_head: str
+    branch: str
+    confirmation_time: str
+    budget: Budget
+    max_parallel: int
+    children: list[PlanChild]
+    final_verification: list[str] | None = None
+    revision_delegation: str | None = None  # the grant's confirmation_time
+    intent_identities: dict[str, IntentIdentity] | None = None
+
+
+class BatchStarted(Event, frozen=True, kw_only=True):
+    """prepared -> running: the first write of a new batch."""
+
+
+class LaneAdmitted(Event, frozen=True, kw_only=True):
+    task_id: str
+    lane: LaneBinding
+
+
+class Enrolled(Event, frozen=True, kw_only=True):
+    task_id: str
+    run_id: str
+    reason: str | None = None
+
+
+class Settled(Event, frozen=True, kw_only=True):
+    task_id: str
+    qa_failures_reset: bool = False
+
+
+class LaneCommitted(Event, frozen=True, kw_only=True):
+    task_id: str
+    lane_commit: str
+
+
+class Integrated(Event, frozen=True, kw_only=True):
+    task_id: str
+    commit: str
+    adopted: bool = False
+
+
+class Released(Event, frozen=True, kw_only=True):
+    task_id: str
+
+
+class Parked(Event, frozen=True, kw_only=True):
+    """A child stops for a human; its pending dependents are skipped with it."""
+
+    task_id: str
+    reason: str
+    skipped: list[str] = []
+    qa_failures: int | None = None
+
+
+class Resealed(Event, frozen=True, kw_only=True):
+    task_id: str
+    from_digest: str
+    to_digest: str
+    intent_revision: int
+    intent_content_hash: str
+
+
+class QaFailureCounted(Event, frozen=True, kw_only=True):
+    task_id: str
+    qa_failures: int
+    correction_due: str | None = None
+
+
+class ReviewOpened(Event, frozen=True, kw_only=True):
+    task_id: str
+    reason: str
+
+
+class InterventionRecorded(Event, frozen=True, kw_only=True):
+    task_id: str
+    kind: str
+    text: str
+    text_digest: str
+
+
+class DelegatedRevisionApplied(Event, frozen=True, kw_only=True):
+    task_id: str
+    from_revision: int
+    to_revision: int
+    intent_content_hash: str
+    confirmation_ref: str
+
+
+class DelegationGrantChanged(Event, frozen=True, kw_only=True):
+    confirmation_time: str | None = None
+
+
+class TrackerClosed(Event, frozen=True, kw_only=True):
+    task_id: str
+
+
+class HeadAdopted(Event, frozen=True, kw_only=True):
+    from_head: str
+    to_head: str
+
+
+class LeaksRestored(Event, frozen=True, kw_only=True):
+    backup: str
+    paths: list[RestoredPath]
+
+
+class ParkResumed(Event, frozen=True, kw_only=True):
+    confirmation_time: str
+    children: list[ResumedChild]
+
+
+class BatchSettled(Event, frozen=True, kw_only=True):
+    """The batch reached a state that writes a report: completed, needs_human, budget_stopped, failed."""
+
+    batch_state: str
+    reason: str | None
+    next_action: str
+    extras: ReportExtras = ReportExtras()
+
+
+class BatchSuperseded(Event, frozen=True, kw_only=True):
+    reason: str
+    next_action: str
+
+
+class OffersRefused(Event, frozen=True, kw_only=True):
+    """Audit only: offers the tick refused. The record does not change."""
+
+    refusals: list[LaneRefusal]
+
+
+class TickRejected(Event, frozen=True, kw_only=True):
+    """Audit only: a tick refused before changing anything (bad input, drift, store condition)."""
+
+    reason: str
+
+
+class ProjectionDriftRepaired(Event, frozen=True, kw_only=True):
+    """Audit only: a projection file differed from the log and was rewritten from it."""
+
+    path: str
+
+
+AUDIT_ONLY: tuple[type[Event], ...] = (OffersRefused, TickRejected, ProjectionDriftRepaired)
+
+# The card's eight transitions, by the names users search the log for.
+TRANSITION_NAMES: dict[type, str] = {
+    LaneAdmitted: "lane_admitted",
+    Enrolled: "enrolled",
+    Settled: "settled",
+    LaneCommitted: "lane_committed",
+    Integrated: "integrated",
+    Released: "released",
+    Parked: "parked",
+    Resealed: "resealed",
+}
+
+
+# ---------------------------------------------------------------- Initiative events
+
+
+class InitiativeRegistered(CreatedEvent, frozen=True, kw_only=True):
+    slug: str
+
+
+class BatchAuthorized(Event, frozen=True, kw_only=True):
+    """A literal-user confirmation: the plan, its binding and the lane-mode facts it covers."""
+
+    batch_id: str
+    plan_digest: str
+    base_head: str
+    branch: str
+    budget: Budget
+    max_parallel: int
+    children: list[PlanChild]
+    confirmation_time: str
+    confirmation_ref: str
+    actor_id: str = "literal-user"
+    final_verification: list[str] | None = None
+    delegate_revisions: bool = False
+    resumes: bool = False
+
+
+class BatchRetired(Event, frozen=True, kw_only=True):
+    batch_id: str
+
+
+ALL_EVENTS: tuple[type, ...] = (
+    BatchPrepared, BatchStarted, LaneAdmitted, Enrolled, Settled, LaneCommitted, Integrated,
+    Released, Parked, Resealed, QaFailureCounted, ReviewOpened, InterventionRecorded,
+    DelegatedRevisionApplied, DelegationGrantChanged, TrackerClosed, HeadAdopted, LeaksRestored,
+    ParkResumed, BatchSettled, BatchSuperseded, OffersRefused, TickRejected,
+    ProjectionDriftRepaired, InitiativeRegistered, BatchAuthorized, BatchRetired,
+)

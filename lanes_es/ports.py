@@ -1,0 +1,222 @@
+"""The ports the tick drives. Adapters implement them with git, files and processes;
+unit tests implement them with fakes. Values crossing a port are small frozen Structs.
+
+Errors: an adapter raises `PortError` subclasses whose message is what upstream would
+show (a park reason, a refusal detail); the tick records the message as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import msgspec
+
+# ---------------------------------------------------------------- values
+
+
+class LaneFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What one read of an offered or bound Lane path shows (upstream's LaneFacts)."""
+
+    exists: bool
+    real_path: str | None
+    same_repository: bool = False
+    is_worktree_root: bool = False
+    branch: str | None = None
+    head: str | None = None
+    clean: bool = False
+    active_claim_task_id: str | None = None
+
+
+class Lineage(msgspec.Struct, frozen=True, kw_only=True):
+    """`classifyBatchLineage`: equal, fast_forward (to `head`) or broken (with `message`)."""
+
+    kind: str
+    head: str
+    message: str = ""
+
+
+class CoordinatorView(msgspec.Struct, frozen=True, kw_only=True):
+    """One read of the coordinator checkout: branch, HEAD and porcelain entries together."""
+
+    branch: str | None
+    head: str | None
+    entries: list[tuple[str, str]]  # (two-letter porcelain v1 code, path)
+
+
+class PreflightResult(msgspec.Struct, frozen=True, kw_only=True):
+    ok: bool
+    reason: str = ""
+    message: str = ""
+    branch: str = ""
+
+
+class IntentRead(msgspec.Struct, frozen=True, kw_only=True):
+    """A TaskIntent read at a root: the normalized intent and its canonical content hash."""
+
+    intent: dict[str, Any]
+    content_hash: str
+    path: str
+
+
+class TaskProjection(msgspec.Struct, frozen=True, kw_only=True):
+    """`projectTask` of a Lane: its error, claim and the projection fields the tick reads."""
+
+    error: str | None = None
+    claim_task_id: str | None = None
+    run_id: str | None = None
+    record_revision: int | None = None
+    lifecycle: str | None = None  # active | done | stopped
+    artifact_state: str | None = None  # active | frozen
+    next_obligation: str | None = None
+    completion_ready: bool = False
+    open_user_decision_count: int = 0
+    replan_required_ids: list[str] = []
+
+
+class AdvanceResult(msgspec.Struct, frozen=True, kw_only=True):
+    """`BatchChildAdvanceResult`: completed, review_ready, rework, stopped, ... ."""
+
+    state: str
+    operation: str | None = None
+    operation_id: str | None = None
+    reason: str = ""
+    environment_failure: bool = False
+    recovery_category: str | None = None
+
+
+class Tombstone(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    lifecycle_status: str
+    terminal_lifecycle: str
+    terminal_event_id: str
+
+
+class IntegrationChild(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    intent_path: str | None
+    commit: str | None = None
+
+
+class IntegrationRequest(msgspec.Struct, frozen=True, kw_only=True):
+    root: str
+    branch: str
+    batch_head: str
+    lane_base: str
+    lane_commit: str
+    child: IntegrationChild
+    siblings: list[IntegrationChild]
+
+
+class TrackerResult(msgspec.Struct, frozen=True, kw_only=True):
+    status: str
+    message: str
+
+
+class CommandResult(msgspec.Struct, frozen=True, kw_only=True):
+    command: str
+    exit_code: int | None
+    signal: str | None
+    passed: bool
+    duration_ms: int
+
+
+# ---------------------------------------------------------------- errors
+
+
+class PortError(Exception):
+    """An adapter's refusal or failure; its message is shown and recorded as it is."""
+
+
+class GitFailure(PortError):
+    """A git command failed in a way the caller did not expect."""
+
+
+class IntegrationError(PortError):
+    """A guarded integration refused; `reason` is the BatchIntegrationReason code."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class KernelError(PortError):
+    """The kernel refused or failed (enrollment, advance, projection)."""
+
+
+# ---------------------------------------------------------------- ports
+
+
+class Clock(Protocol):
+    def now(self) -> str:
+        """The tick's `now` as a canonical timestamp."""
+
+
+class BatchGit(Protocol):
+    """Git at the coordinator and in a Lane for the serial-port operations."""
+
+    def preflight(self, root: str, initiative_slug: str, base_head: str, *,
+                  reuse_head: str | None = None) -> PreflightResult:
+        """contracts §6.1. `reuse_head` is the expected head of the newest settled batch that may reuse the branch."""
+
+    def commit_child(self, lane_path: str, task_id: str, batch_id: str, expected_head: str,
+                     branch: str) -> str:
+        """contracts §6.4: the lane commit; raises PortError with upstream's message."""
+
+    def lookup_batch_commit(self, lane_path: str, task_id: str, batch_id: str, expected_head: str,
+                            branch: str) -> str | None:
+        """contracts §6.5: an existing lane commit for this child and batch, verified, or None."""
+
+    def read_intent(self, root: str, task_id: str, intent_path: str | None) -> IntentRead:
+        """contracts §7.2 readTaskIntent: tracked, regular, no symlink, <= 64 KiB, parsed. Raises PortError."""
+
+
+class LaneGit(Protocol):
+    def coordinator_view(self, root: str) -> CoordinatorView:
+        """Branch, HEAD and porcelain entries of the coordinator in one read."""
+
+    def inspect_lane(self, coordinator_root: str, lane_path: str) -> LaneFacts:
+        """contracts §6.2, without the claim (the tick asks the kernel): at most 2 git spawns."""
+
+    def resolve_root(self, root: str) -> str:
+        """realpath(root), or root unchanged."""
+
+    def classify_lineage(self, root: str, branch: str, expected_head: str, commits: list[str],
+                         batch_id: str, view: CoordinatorView | None = None) -> Lineage:
+        """contracts §6.3; `view` saves the branch and HEAD read when the caller has one."""
+
+    def integrate(self, request: IntegrationRequest) -> str:
+        """contracts §6.6: the new batch head; raises IntegrationError (branch unmoved)."""
+
+    def find_integrated(self, root: str, task_id: str, batch_id: str, from_head: str, lane_base: str,
+                        lane_commit: str) -> str | None:
+        """contracts §6.6 findIntegratedCandidate."""
+
+    def audit_reachable(self, root: str, head: str, task_id: str) -> bool:
+        """contracts §6.2: a complete audit pair for the task in `head`'s tree."""
+
+
+class Kernel(Protocol):
+    def project_task(self, lane_path: str, task_id: str) -> TaskProjection:
+        """Never raises: a failure is `TaskProjection(error=...)`."""
+
+    def active_claim_task_id(self, lane_path: str) -> str | None:
+        """The Lane's active claim task, None, or "unreadable"."""
+
+    def enroll_task(self, lane_path: str, task_id: str, enrollment: Any) -> None:
+        """Enroll under the batch capability (a `BatchEnrollment`); raises KernelError."""
+
+    def advance_task(self, lane_path: str, task_id: str) -> AdvanceResult:
+        """Drive a frozen child's QA and review; raises KernelError on a store condition."""
+
+    def read_tombstone(self, root: str, task_id: str) -> Tombstone | None:
+        """The task's terminal proof as tracked at `root` (the batch branch after integration)."""
+
+
+class Tracker(Protocol):
+    def mark_terminal(self, root: str, task_id: str, phase: str, terminal_event_id: str) -> TrackerResult:
+        """Close the child's Issue; statuses as upstream's tracker (updated, already_current, ...)."""
+
+
+class Verifier(Protocol):
+    def run_final_verification(self, root: str, commands: list[str]) -> tuple[str, list[CommandResult]]:
+        """contracts §9.1: (head, results), each command split on spaces and run without a shell."""
