@@ -1,0 +1,71 @@
+"""The v2 state file and the lane report: upstream's paths and canonical bytes, written atomically.
+
+These two documents are projections of a batch's log. They carry exactly upstream's
+fields so that upstream's readers and its completion verifier can read them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from lanes_es.domain.ids import is_valid_id
+
+BATCHES_DIR = Path(".imm") / "state" / "batches"
+
+
+class UnsafeBatchId(ValueError):
+    pass
+
+
+def canonical_bytes(document: Any) -> bytes:
+    """Upstream's canonical form: 2-space JSON, keys in insertion order, then a newline."""
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _checked(batch_id: str) -> str:
+    if not is_valid_id(batch_id):
+        raise UnsafeBatchId("batch id is not a safe file identity")
+    return batch_id
+
+
+def state_path(root: str | Path, batch_id: str) -> Path:
+    return Path(root) / BATCHES_DIR / f"{_checked(batch_id)}.json"
+
+
+def report_path(root: str | Path, batch_id: str) -> Path:
+    return Path(root) / BATCHES_DIR / f"{_checked(batch_id)}.report.json"
+
+
+def read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def write_atomically(path: Path, data: bytes) -> bool:
+    """Write `data` unless the file already holds it; a temp file opened O_EXCL, then renamed.
+
+    Returns whether a write happened.
+    """
+    if read_bytes(path) == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():
+        raise NotADirectoryError(f"{path.parent} is not a directory")
+    temp = path.with_name(f"{path.name}.{uuid.uuid4()}.tmp")
+    descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return True
