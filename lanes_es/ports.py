@@ -159,11 +159,11 @@ class BatchGit(Protocol):
         """contracts §6.1. `reuse_head` is the expected head of the newest settled batch that may reuse the branch."""
 
     def commit_child(self, lane_path: str, task_id: str, batch_id: str, expected_head: str,
-                     branch: str) -> str:
+                     branch: str, evidence: Any) -> str:
         """contracts §6.4: the lane commit; raises PortError with upstream's message."""
 
     def lookup_batch_commit(self, lane_path: str, task_id: str, batch_id: str, expected_head: str,
-                            branch: str) -> str | None:
+                            branch: str, evidence: Any) -> str | None:
         """contracts §6.5: an existing lane commit for this child and batch, verified, or None."""
 
     def read_intent(self, root: str, task_id: str, intent_path: str | None) -> IntentRead:
@@ -210,6 +210,9 @@ class Kernel(Protocol):
 
     def read_tombstone(self, root: str, task_id: str) -> Tombstone | None:
         """The task's terminal proof as tracked at `root` (the batch branch after integration)."""
+
+    def settled_evidence(self, lane_path: str, task_id: str) -> Any:
+        """What the lane commit needs of a settled run (a batch_git.SettledEvidence); raises KernelError."""
 
 
 class Tracker(Protocol):

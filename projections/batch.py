@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from lanes_es.domain import events as ev
 from lanes_es.domain.record import apply_event, prepared_record
-from lanes_es.domain.report import RETIRE_NEXT_ACTION, lane_report
+from lanes_es.domain.report import report_after
 from lanes_es.domain.validator import validate_record
 
 from .files import canonical_bytes, read_bytes, report_path, state_path, write_atomically
@@ -43,24 +43,17 @@ def fold_documents(events: Iterable[Any]) -> BatchDocuments | None:
     for event in events:
         if isinstance(event, ev.BatchPrepared):
             record = prepared_record(event)
-            continue
-        if record is None:
-            continue
-        apply_event(record, event)
-        made = _report_of(record, event)
-        if made is not None and (report is None or report["batch_state"] == "needs_human"):
-            report = made
+        elif record is not None:
+            apply_event(record, event)
+            report = report_after(report, record, event)
     if record is None:
         return None
     return BatchDocuments(batch_id=record["batch_id"], record=record, report=report)
 
 
-def _report_of(record: dict[str, Any], event: Any) -> dict[str, Any] | None:
-    if isinstance(event, ev.BatchSettled):
-        return lane_report(record, event.reason, event.next_action, event.extras)
-    if isinstance(event, ev.BatchSuperseded):
-        return lane_report(record, event.reason, event.next_action or RETIRE_NEXT_ACTION, created_at=event.at)
-    return None
+def documents_of(batch: Any) -> BatchDocuments:
+    """The documents of a live LaneBatch, which folds the same functions as it goes."""
+    return BatchDocuments(batch_id=batch.id, record=batch.record, report=batch.report)
 
 
 @dataclass(frozen=True)

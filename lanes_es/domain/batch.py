@@ -16,13 +16,16 @@ from .aggregate import ChainedAggregate, TransitionRefused
 from .record import (
     IN_FLIGHT, apply_event, child_of, consumed_slots, dependents_to_skip, is_terminal, prepared_record,
 )
+from .report import report_after
 from .validator import validate_record
 
 
 class LaneBatch(ChainedAggregate):
     def __init__(self) -> None:
-        # The state, `self.record`, arrives with BatchPrepared (see apply_fact).
+        # The state, `self.record`, arrives with BatchPrepared (see apply_fact); `self.report`
+        # is the report the log has written so far, if any.
         self.record: dict[str, Any] = {}
+        self.report: dict[str, Any] | None = None
 
     # ------------------------------------------------------------ creation
 
@@ -53,6 +56,7 @@ class LaneBatch(ChainedAggregate):
             self.record = prepared_record(event)
         else:
             apply_event(self.record, event)
+            self.report = report_after(self.report, self.record, event)
         super().apply_fact(event)
 
     def trigger_event(self, event_class: type[ev.Event], **fields: Any) -> None:  # type: ignore[override]

@@ -107,3 +107,21 @@ def review_reason(task_ids: list[str]) -> str:
     if len(task_ids) == 1:
         return f"child {task_ids[0]} holds an open Review reservation"
     return f"children {', '.join(task_ids)} hold open Review reservations"
+
+
+def report_after(current: dict[str, Any] | None, record: dict[str, Any], event: Any) -> dict[str, Any] | None:
+    """The written report once `event` has been applied to `record`.
+
+    A settle or a retirement makes a report; one whose state is not `needs_human` is
+    terminal and is never replaced (upstream rule), so the written report is the first
+    terminal one, else the newest parked one.
+    """
+    if isinstance(event, ev.BatchSettled):
+        made = lane_report(record, event.reason, event.next_action, event.extras)
+    elif isinstance(event, ev.BatchSuperseded):
+        made = lane_report(record, event.reason, event.next_action or RETIRE_NEXT_ACTION, created_at=event.at)
+    else:
+        return current
+    if current is None or current["batch_state"] == "needs_human":
+        return made
+    return current
