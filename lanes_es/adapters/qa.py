@@ -1,0 +1,287 @@
+"""Deterministic QA: run a task's acceptance descriptors on a tree and give a verdict.
+
+contracts §9.7 (Execution): descriptors are grouped by environment; per group a temporary
+HOME is made, `prepare` runs first, then each command, with no shell, in its own process
+group (killed on timeout or when its output passes the limit), with an environment limited
+to PATH, HOME, TMPDIR, XDG_CACHE_HOME and IMM_VERIFICATION_PROCESS_TOKEN. A check fails on a
+non-zero exit, a timeout or output over the limit; a descriptor that cannot be parsed or an
+executable that cannot be found is a failure with its reason, never a pass.
+
+Used by the reference kernel on a copy of a Lane's working tree, and by the guarded
+integration on a materialized candidate tree. Repository content is hostile: a `./file`
+executable and the cwd must resolve inside the tree, symlinks included.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import msgspec
+
+from lanes_es.adapters.git import git
+from lanes_es.domain.descriptor import CommandSpec, parse_verification_descriptor
+
+VERDICT_CONTRACT = "assurance_kernel/assurance_verdict/v2"
+OUTPUT_TAIL_BYTES = 400
+READ_CHUNK = 65536
+IDLE_POLL_SECONDS = 0.1
+
+
+class CheckError(Exception):
+    """A check that cannot run (missing or escaping executable); the message is its finding."""
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    """One failed acceptance item: `<task_id>:<item.id>` and why it failed."""
+
+    id: str
+    reason: str
+
+
+class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+    contract: str = VERDICT_CONTRACT
+    decision: str  # pass | rework
+    findings: list[Finding] = []
+
+    @property
+    def passed(self) -> bool:
+        return self.decision == "pass"
+
+
+class Check(msgspec.Struct, frozen=True, kw_only=True):
+    """A parsed acceptance item: its finding id, its command and its environment."""
+
+    id: str
+    command: CommandSpec
+    prepare: CommandSpec | None
+    environment_key: str
+
+
+# ---------------------------------------------------------------- public
+
+
+def run_acceptance(tree_dir: str, task_id: str, intent: dict[str, Any]) -> Verdict:
+    """Run every acceptance item of `intent` on `tree_dir`; `pass` only when each one passed."""
+    items = intent.get("acceptance") if isinstance(intent, dict) else None
+    if not isinstance(items, list) or not items:
+        return Verdict(decision="rework", findings=[Finding(id=f"{task_id}:*", reason="no acceptance item to check")])
+    failures: dict[str, str] = {}
+    checks: list[Check] = []
+    order: list[str] = []
+    for item in items:
+        finding_id = f"{task_id}:{_item_id(item)}"
+        order.append(finding_id)
+        try:
+            checks.append(_check(finding_id, item))
+        except ValueError as error:  # InvalidDescriptor, or an item without a verification: a failure
+            failures[finding_id] = str(error)
+    for group in _groups(checks):
+        failures.update(_run_group(os.path.realpath(tree_dir), group))
+    findings = [Finding(id=finding_id, reason=failures[finding_id]) for finding_id in order if finding_id in failures]
+    return Verdict(decision="rework" if findings else "pass", findings=findings)
+
+
+def run_acceptance_on_worktree(worktree: str, task_id: str, intent: dict[str, Any]) -> Verdict:
+    """`run_acceptance` on a copy of `worktree`'s tracked and untracked (not ignored) files.
+
+    A copy, as upstream's temporary clone: the commands cannot dirty the Lane (build output
+    would otherwise leak into the lane commit) nor alter the work they judge.
+    """
+    with materialized_worktree(worktree) as copy:
+        return run_acceptance(copy, task_id, intent)
+
+
+@contextmanager
+def materialized_worktree(worktree: str) -> Iterator[str]:
+    """A temporary directory holding what `git ls-files -co --exclude-standard` lists in `worktree`."""
+    listed = git(worktree, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--")
+    target = tempfile.mkdtemp(prefix="lanes-es-qa-tree-")
+    try:
+        for path in dict.fromkeys(part for part in listed.stdout.decode("utf-8", "surrogateescape").split("\0")
+                                  if part):
+            _copy_entry(os.path.join(worktree, path), os.path.join(target, path))
+        yield target
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _item_id(item: Any) -> str:
+    return str(item.get("id")) if isinstance(item, dict) else "?"
+
+
+def _check(finding_id: str, item: Any) -> Check:
+    if not isinstance(item, dict) or "verification" not in item:
+        raise ValueError("acceptance item has no verification")
+    descriptor = parse_verification_descriptor(item["verification"])
+    environment = descriptor.environment
+    return Check(id=finding_id, command=descriptor.command, prepare=environment.prepare,
+                 environment_key=msgspec.json.encode(environment, order="sorted").decode())
+
+
+def _groups(checks: list[Check]) -> list[list[Check]]:
+    """Checks grouped by environment, groups in order of first appearance."""
+    groups: dict[str, list[Check]] = {}
+    for check in checks:
+        groups.setdefault(check.environment_key, []).append(check)
+    return list(groups.values())
+
+
+# ---------------------------------------------------------------- running
+
+
+def _run_group(tree: str, group: list[Check]) -> dict[str, str]:
+    """Failures of one environment group: prepare first (its failure fails the whole group), then each check."""
+    with _sandbox_env() as env:
+        prepare = group[0].prepare
+        if prepare is not None:
+            reason = run_command(tree, prepare, env)
+            if reason is not None:
+                return {check.id: f"environment prepare failed: {reason}" for check in group}
+        failures = {}
+        for check in group:
+            reason = run_command(tree, check.command, env)
+            if reason is not None:
+                failures[check.id] = reason
+        return failures
+
+
+@contextmanager
+def _sandbox_env() -> Iterator[dict[str, str]]:
+    """The only environment a descriptor sees: PATH, a temporary HOME, TMPDIR and cache, a process token."""
+    base = tempfile.mkdtemp(prefix="lanes-es-qa-home-")
+    try:
+        env = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "HOME": os.path.join(base, "home"),
+            "TMPDIR": os.path.join(base, "tmp"),
+            "XDG_CACHE_HOME": os.path.join(base, "cache"),
+            "IMM_VERIFICATION_PROCESS_TOKEN": secrets.token_hex(16),
+        }
+        for key in ("HOME", "TMPDIR", "XDG_CACHE_HOME"):
+            os.mkdir(env[key], 0o700)
+        yield env
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_command(tree: str, command: CommandSpec, env: dict[str, str]) -> str | None:
+    """Run one descriptor command in `tree`; None when it passed, else the reason it failed."""
+    cwd = _inside(tree, command.cwd)
+    if cwd is None or not os.path.isdir(cwd):
+        return f"cwd {command.cwd} is not a directory inside the tree"
+    try:
+        executable = resolve_executable(tree, command.executable, env["PATH"])
+    except CheckError as error:
+        return str(error)
+    try:
+        process = subprocess.Popen([executable, *command.argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as error:
+        return f"{command.executable} could not start: {error.strerror or error}"
+    return _supervise(process, command)
+
+
+def resolve_executable(tree: str, executable: str, path: str) -> str:
+    """The absolute executable; CheckError with the reason when it cannot be run.
+
+    `./<file>` resolves inside the tree (after symlinks) to a regular, executable file; a
+    tool name resolves on PATH.
+    """
+    if executable.startswith("./"):
+        resolved = _inside(tree, executable[2:])
+        if resolved is None:
+            raise CheckError(f"executable {executable} resolves outside the tree")
+        if not os.path.isfile(resolved):
+            raise CheckError(f"executable {executable} does not exist in the tree")
+        if not os.access(resolved, os.X_OK):
+            raise CheckError(f"executable {executable} is not executable")
+        return resolved
+    found = shutil.which(executable, path=path)
+    if found is None:
+        raise CheckError(f"executable {executable} was not found on PATH")
+    return found
+
+
+def _inside(tree: str, relative: str) -> str | None:
+    """realpath(tree/relative) when it stays inside `tree` (itself a realpath), else None."""
+    if os.path.isabs(relative):
+        return None
+    resolved = os.path.realpath(os.path.join(tree, relative))
+    if resolved != tree and not resolved.startswith(tree + os.sep):
+        return None
+    return resolved
+
+
+def _supervise(process: subprocess.Popen[bytes], command: CommandSpec) -> str | None:
+    """Read the combined output until EOF; kill the process group on timeout or too much output."""
+    deadline = time.monotonic() + command.timeout_ms / 1000
+    total = 0
+    tail = b""
+    assert process.stdout is not None
+    descriptor = process.stdout.fileno()
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(descriptor, selectors.EVENT_READ)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return f"timed out after {command.timeout_ms} ms"
+                if not selector.select(min(remaining, IDLE_POLL_SECONDS)):
+                    if process.poll() is not None:
+                        break  # exited, but a stray child of its group still holds the output open
+                    continue
+                chunk = os.read(descriptor, READ_CHUNK)
+                if not chunk:
+                    break
+                total += len(chunk)
+                tail = (tail + chunk)[-OUTPUT_TAIL_BYTES:]
+                if total > command.max_output_bytes:
+                    return f"output exceeded {command.max_output_bytes} bytes"
+        try:
+            code = process.wait(timeout=max(deadline - time.monotonic(), 0.001))
+        except subprocess.TimeoutExpired:
+            return f"timed out after {command.timeout_ms} ms"
+    finally:
+        _kill_group(process)
+        process.stdout.close()
+    return _exit_reason(command.executable, code, tail)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the command's whole process group (it is its own session leader), then reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+def _exit_reason(executable: str, code: int, tail: bytes) -> str | None:
+    if code == 0:
+        return None
+    what = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    shown = " ".join(tail.decode("utf-8", "replace").split())
+    return f"{executable} {what}" + (f": {shown}" if shown else "")
+
+
+def _copy_entry(source: str, destination: str) -> None:
+    """Copy one listed path: symlinks as links, regular files with their mode; anything else is skipped."""
+    if not os.path.lexists(source):
+        return  # a tracked file the worktree deleted
+    os.makedirs(os.path.dirname(destination), exist_ok=True)
+    if os.path.islink(source):
+        os.symlink(os.readlink(source), destination)
+    elif os.path.isfile(source):
+        shutil.copy2(source, destination)
