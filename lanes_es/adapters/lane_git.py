@@ -1,0 +1,617 @@
+"""`GitLanes`: the LaneGit port on real git (contracts §6.2, §6.3, §6.6).
+
+What the tick asks of git at the coordinator and about each Lane: one read of the
+coordinator checkout, the facts of an offered or bound Lane, the batch lineage, the guarded
+integration of a lane commit onto the batch branch, the search for an integration a crash
+interrupted, and whether a task's audit pair is on the batch branch.
+
+Every spawn costs milliseconds, so each operation is built from as few git commands as
+its checks allow; the comments say which upstream calls one command stands for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, Iterable
+
+import msgspec
+
+from lanes_es.adapters.git import batch_identity_env, git, git_ok
+from lanes_es.domain.ids import is_valid_id
+from lanes_es.ports import (
+    CoordinatorView,
+    GitFailure,
+    IntegrationChild,
+    IntegrationError,
+    IntegrationRequest,
+    LaneFacts,
+    Lineage,
+)
+
+LINEAGE_BROKEN = "batch_head_lineage_broken"
+CONFLICT = "batch_integration_conflict"
+CHECK_FAILED = "batch_integration_check_failed"
+BATCH_TRAILER = "Immune-Brain-Batch"
+STATUS_ARGS = ("status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all", "--ignore-submodules=none",
+               "--no-renames")
+# diff-tree reads "<to> <from>" lines on stdin and prints "<to>\0" before each pair's records.
+IDENTITY_ARGS = ("diff-tree", "--stdin", "--always", "-r", "-z", "--raw", "--no-renames", "--no-ext-diff")
+AUDIT_RECORD = "task-record.json"
+AUDIT_PROOF = "terminal-proof.json"
+
+
+# ---------------------------------------------------------------- porcelain v2
+
+
+class StatusRead(msgspec.Struct, frozen=True, kw_only=True):
+    """One `git status --porcelain=v2 --branch -z`: branch, HEAD, and entries as porcelain v1 codes.
+
+    `dirty_submodules` lists submodule entries whose own worktree has changes that a
+    `git add` in the parent cannot capture.
+    """
+
+    branch: str | None
+    head: str | None
+    entries: list[tuple[str, str]]
+    dirty_submodules: list[str] = []
+
+
+def read_status(root: str) -> StatusRead:
+    """Run STATUS_ARGS at `root` (one spawn); GitFailure when git refuses."""
+    return parse_status_v2(git(root, *STATUS_ARGS).stdout)
+
+
+def parse_status_v2(stdout: bytes) -> StatusRead:
+    """Parse porcelain v2 with `-z`: headers, ordinary (1), renamed (2), unmerged (u), untracked (?)."""
+    branch: str | None = None
+    head: str | None = None
+    entries: list[tuple[str, str]] = []
+    dirty_submodules: list[str] = []
+    tokens = stdout.decode("utf-8", "surrogateescape").split("\0")
+    index = 0
+    while index < len(tokens):
+        record = tokens[index]
+        index += 1
+        if record.startswith("# branch.oid "):
+            oid = record[len("# branch.oid "):]
+            head = None if oid == "(initial)" else oid
+        elif record.startswith("# branch.head "):
+            name = record[len("# branch.head "):]
+            branch = None if name == "(detached)" else name
+        elif record.startswith("1 "):
+            fields = record.split(" ", 8)
+            entries.append((_v1_code(fields[1]), fields[8]))
+            _note_submodule(fields[2], fields[8], dirty_submodules)
+        elif record.startswith("2 "):
+            fields = record.split(" ", 9)
+            entries.append((_v1_code(fields[1]), fields[9]))
+            _note_submodule(fields[2], fields[9], dirty_submodules)
+            index += 1  # the original path follows as its own token
+        elif record.startswith("u "):
+            fields = record.split(" ", 10)
+            entries.append((fields[1], fields[10]))
+        elif record.startswith("? "):
+            entries.append(("??", record[2:]))
+    return StatusRead(branch=branch, head=head, entries=entries, dirty_submodules=dirty_submodules)
+
+
+def _v1_code(xy: str) -> str:
+    """v2 writes an unchanged side as '.', v1 as ' '."""
+    return xy.replace(".", " ")
+
+
+def _note_submodule(field: str, path: str, dirty: list[str]) -> None:
+    """`S<c><m><u>`: a submodule whose commit changed is stageable; modified or untracked content is not."""
+    if field.startswith("S") and (field[2:3] == "M" or field[3:4] == "U"):
+        dirty.append(path)
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def real_path(path: str) -> str | None:
+    """realpath of an existing path, else None (Node's realpathSync throws on a missing path)."""
+    try:
+        return os.path.realpath(path, strict=True)
+    except (OSError, ValueError):
+        return None
+
+
+def branch_and_head(root: str) -> tuple[str | None, str | None]:
+    """The current branch (None when detached) and HEAD (None when unborn or unreadable): one spawn."""
+    probe = git_ok(root, "rev-parse", "HEAD", "--symbolic-full-name", "HEAD")
+    if probe.exit_code == 0:
+        lines = probe.text.split("\n")
+        if len(lines) == 2:
+            return _short_branch(lines[1]), lines[0]
+    try:  # unborn HEAD: status still names the branch
+        status = read_status(root)
+    except GitFailure:
+        return None, None
+    return status.branch, status.head
+
+
+def _short_branch(symbolic: str) -> str | None:
+    return symbolic[len("refs/heads/"):] if symbolic.startswith("refs/heads/") else None
+
+
+def change_identities(root: str, pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """`changeIdentity(from, to)` of each (from, to) pair, in one diff-tree spawn.
+
+    An identity maps each changed path to `"<newmode> <newsha>"`; a deletion maps to the
+    zero mode and sha, as upstream's parse of `--raw` gives it.
+    """
+    if not pairs:
+        return []
+    stdin = "".join(f"{to} {origin}\n" for origin, to in pairs)
+    tokens = git(root, *IDENTITY_ARGS, stdin=stdin).stdout.decode("utf-8", "surrogateescape").split("\0")
+    identities: list[dict[str, str]] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        index += 1
+        if not token:
+            continue
+        if not token.startswith(":"):
+            identities.append({})  # "<to>" header: the next pair's records follow
+            continue
+        fields = token[1:].split(" ")
+        if len(fields) < 4 or index >= len(tokens) or not identities:
+            raise GitFailure(f"unreadable change record in diff-tree output: {token!r}")
+        identities[-1][tokens[index]] = f"{fields[1]} {fields[3]}"
+        index += 1
+    if len(identities) != len(pairs):
+        raise GitFailure(f"diff-tree reported {len(identities)} changes for {len(pairs)} pairs")
+    return identities
+
+
+def lineage_broken(detail: str) -> str:
+    return f"{LINEAGE_BROKEN}: {detail}"
+
+
+# ---------------------------------------------------------------- the port
+
+
+class GitLanes:
+    """LaneGit on real git. One instance per tick: it caches the coordinator's common dir."""
+
+    _merge_tree_has_merge_base: bool | None = None  # per process: the installed git does not change
+
+    def __init__(self) -> None:
+        self._common_dirs: dict[str, str | None] = {}
+
+    # ------------------------------------------------------------ coordinator and Lanes
+
+    def coordinator_view(self, root: str) -> CoordinatorView:
+        """Branch, HEAD and porcelain entries of the coordinator: one status spawn."""
+        status = read_status(root)
+        return CoordinatorView(branch=status.branch, head=status.head, entries=status.entries)
+
+    def resolve_root(self, root: str) -> str:
+        return real_path(root) or root
+
+    def inspect_lane(self, coordinator_root: str, lane_path: str) -> LaneFacts:
+        """contracts §6.2 in two spawns per Lane: (common dir, toplevel), then status.
+
+        Upstream's five reads (common dir, show-toplevel, symbolic-ref, rev-parse HEAD,
+        status) become one rev-parse and one porcelain v2 status, which carries the branch,
+        HEAD and cleanliness together. The claim is left to the tick (it asks the kernel).
+        """
+        real = real_path(lane_path) if os.path.exists(lane_path) else None
+        if real is None:
+            return LaneFacts(exists=False, real_path=None)
+        foreign = LaneFacts(exists=True, real_path=real)
+        coordinator_common = self._coordinator_common_dir(coordinator_root)
+        probe = git_ok(real, "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel")
+        lines = probe.text.split("\n") if probe.exit_code == 0 else []
+        if len(lines) != 2 or coordinator_common is None or real_path(lines[0]) != coordinator_common:
+            return foreign
+        status = git_ok(real, *STATUS_ARGS)
+        read = parse_status_v2(status.stdout) if status.exit_code == 0 else None
+        return LaneFacts(
+            exists=True,
+            real_path=real,
+            same_repository=True,
+            is_worktree_root=real_path(lines[1]) == real,
+            branch=read.branch if read else None,
+            head=read.head if read else None,
+            clean=read is not None and not read.entries,
+        )
+
+    def _coordinator_common_dir(self, root: str) -> str | None:
+        if root not in self._common_dirs:
+            probe = git_ok(root, "rev-parse", "--path-format=absolute", "--git-common-dir")
+            self._common_dirs[root] = real_path(probe.text) if probe.exit_code == 0 and probe.text else None
+        return self._common_dirs[root]
+
+    # ------------------------------------------------------------ lineage
+
+    def classify_lineage(self, root: str, branch: str, expected_head: str, commits: list[str], batch_id: str,
+                         view: CoordinatorView | None = None) -> Lineage:
+        """contracts §6.3: equal, fast_forward (a user's fast-forward to adopt) or broken.
+
+        With a `view` the branch and HEAD cost nothing. When HEAD is the expected head no
+        ancestry is checked: the expected head is the last recorded commit or base, followed
+        through adoptions, and each of those was reached by a verified fast-forward, so every
+        recorded commit is its ancestor by construction.
+        """
+        current_branch, head = (view.branch, view.head) if view is not None else branch_and_head(root)
+        if current_branch != branch:
+            shown = current_branch if current_branch is not None else "(detached)"
+            return self._broken(head, f"current branch {shown} does not match expected branch {branch}")
+        if head is None:
+            return self._broken(None, "current HEAD is unreadable")
+        if head == expected_head:
+            return Lineage(kind="equal", head=head)
+        problem = self._ancestry_problem(root, head, expected_head, commits)
+        if problem is not None:
+            return self._broken(head, problem)
+        claimed = git_ok(root, "log", "--fixed-strings", f"--grep={BATCH_TRAILER}: {batch_id}", "--format=%H",
+                         f"{expected_head}..{head}")
+        if claimed.exit_code != 0:
+            return self._broken(head, f"the commits between {expected_head} and {head} cannot be read")
+        if claimed.text:
+            first = claimed.text.split("\n")[-1]
+            return self._broken(head, f"commit {first} claims batch {batch_id} without recorded evidence")
+        return Lineage(kind="fast_forward", head=head)
+
+    @staticmethod
+    def _broken(head: str | None, detail: str) -> Lineage:
+        return Lineage(kind="broken", head=head or "", message=lineage_broken(detail))
+
+    @staticmethod
+    def _ancestry_problem(root: str, head: str, expected: str, commits: list[str]) -> str | None:
+        """Is `expected` and every recorded commit an ancestor of `head`? One rev-list answers all.
+
+        `rev-list <expected> <commits> --not <head>` lists exactly the given commits (and
+        their history) that HEAD does not contain; it is empty when all of them descend.
+        """
+        wanted = list(dict.fromkeys([expected, *commits]))
+        listed = git_ok(root, "rev-list", *wanted, "--not", head)
+        if listed.exit_code == 0:
+            missing = set(listed.text.split())
+        else:  # an unknown commit id: ask one by one, so the message names the right one
+            missing = {commit for commit in wanted
+                       if git_ok(root, "merge-base", "--is-ancestor", commit, head).exit_code != 0}
+        if expected in missing:
+            return f"current HEAD {head} does not descend from expected batch head {expected}"
+        for commit in commits:
+            if commit in missing:
+                return f"recorded commit {commit} is no longer reachable from HEAD"
+        return None
+
+    # ------------------------------------------------------------ guarded integration
+
+    def integrate(self, request: IntegrationRequest) -> str:
+        """contracts §6.6: verify, build the candidate, rerun the descriptors, fast-forward.
+
+        Returns the new batch head. Every refusal raises IntegrationError before the merge,
+        so the branch, index, worktree and refs stay where they were (candidate objects are
+        unreferenced). A git failure that is not a refusal is reported as upstream's driver
+        files a plain error: as a conflict.
+        """
+        try:
+            candidate = self._prepare_candidate(request)
+            self._rerun_descriptors(request, candidate)
+            return self._fast_forward(request.root, candidate)
+        except IntegrationError:
+            raise
+        except GitFailure as error:
+            raise IntegrationError(CONFLICT, f"{CONFLICT}: {error}") from None
+
+    def _prepare_candidate(self, request: IntegrationRequest) -> str:
+        """The lineage checks (upstream's messages, LANE-INT-04), then the candidate and its identity."""
+        root, head, base, lane = request.root, request.batch_head, request.lane_base, request.lane_commit
+        current_branch, current_head, parents = self._integration_facts(root, lane)
+        if current_branch != request.branch:
+            raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
+                f"current branch {current_branch or ''} does not match expected branch {request.branch}"))
+        if current_head != head:
+            raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
+                f"current HEAD {current_head or ''} does not match expected batch head {head}"))
+        if parents is None:
+            raise GitFailure(f"failed to read parents of {lane}")
+        if len(parents) != 1:
+            raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
+                f"lane commit {lane} has {len(parents)} parents, expected exactly one"))
+        if parents[0] != base:
+            raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
+                f"lane commit {lane} does not descend from lane base {base}"))
+        if head == base:
+            return lane  # the lane commit itself: its change is the lane change by definition
+        self._require_merge_base(root, head, base, lane)
+        candidate = self._build_candidate(root, head, base, lane)
+        lane_change, candidate_change = change_identities(root, [(base, lane), (head, candidate)])
+        if lane_change != candidate_change:
+            raise IntegrationError(CONFLICT, f"{CONFLICT}: candidate {candidate} does not carry the lane commit "
+                                             f"{lane} change")
+        return candidate
+
+    @staticmethod
+    def _integration_facts(root: str, lane: str) -> tuple[str | None, str | None, list[str] | None]:
+        """Branch, HEAD and the lane commit's parents (None when unreadable): one rev-parse for
+        upstream's three calls, two more only when that fails (unborn HEAD, unknown lane commit)."""
+        probe = git_ok(root, "rev-parse", "HEAD", f"{lane}^@", "--symbolic-full-name", "HEAD")
+        lines = probe.text.split("\n") if probe.exit_code == 0 else []
+        if len(lines) >= 2:
+            return _short_branch(lines[-1]), lines[0], lines[1:-1]
+        current_branch, current_head = branch_and_head(root)
+        parents = git_ok(root, "rev-parse", f"{lane}^@")
+        return current_branch, current_head, parents.text.split() if parents.exit_code == 0 else None
+
+    @staticmethod
+    def _require_merge_base(root: str, head: str, base: str, lane: str) -> None:
+        """`merge-base head lane` must be the lane base: that also proves base is an ancestor of head.
+
+        The lane commit's single parent is the base, so the merge bases are {base} when
+        base is an ancestor of head, {lane} when the lane commit is already in head.
+        """
+        bases = git_ok(root, "merge-base", "--all", head, lane).text.split()
+        if bases == [base]:
+            return
+        if bases == [lane]:
+            raise IntegrationError(CONFLICT, f"{CONFLICT}: lane commit {lane} is already in batch head {head}; a "
+                                             f"candidate would not carry the lane commit {lane} change")
+        raise IntegrationError(LINEAGE_BROKEN, lineage_broken(f"lane base {base} is not an ancestor of batch head "
+                                                              f"{head}"))
+
+    def _build_candidate(self, root: str, head: str, base: str, lane: str) -> str:
+        """merge-tree, then commit-tree with the lane commit's message and author (LANE-INT-17)."""
+        options = [f"--merge-base={base}"] if self._supports_merge_base(root) else []
+        merged = git_ok(root, "merge-tree", "--write-tree", *options, head, lane)
+        if merged.exit_code == 1:
+            raise IntegrationError(CONFLICT, f"{CONFLICT}: lane commit {lane} does not apply cleanly onto batch "
+                                             f"head {head}")
+        tree = merged.text.split("\n")[0].strip() if merged.exit_code == 0 else ""
+        if not tree:
+            raise GitFailure(f"failed to build integration candidate: {merged.error_text or 'no tree produced'}")
+        meta = git(root, "log", "-n", "1", "--format=%an%x00%ae%x00%aI%x00%B", lane).stdout
+        name, email, date, message = meta.split(b"\0", 3)
+        # %B is the raw message; log's format adds one newline after it.
+        message = message[:-1] if message.endswith(b"\n") else message
+        env = {**batch_identity_env(), "GIT_AUTHOR_NAME": name.decode("utf-8", "surrogateescape"),
+               "GIT_AUTHOR_EMAIL": email.decode("utf-8", "surrogateescape"),
+               "GIT_AUTHOR_DATE": date.decode("ascii", "replace")}
+        created = git(root, "commit-tree", tree, "-p", head, "-F", "-", stdin=message, env=env).text.strip()
+        if not created:
+            raise GitFailure("failed to build integration candidate: git commit-tree printed no commit")
+        return created
+
+    @classmethod
+    def _supports_merge_base(cls, root: str) -> bool:
+        """git 2.40+ has `merge-tree --merge-base`; 2.39 does not. Asked once per process."""
+        if cls._merge_tree_has_merge_base is None:
+            usage = git_ok(root, "merge-tree", "-h")
+            cls._merge_tree_has_merge_base = b"--merge-base" in usage.stdout + usage.stderr
+        return cls._merge_tree_has_merge_base
+
+    def _rerun_descriptors(self, request: IntegrationRequest, candidate: str) -> None:
+        """contracts §9.7: the child's and each qualifying sibling's acceptance, on the candidate tree."""
+        checks = [request.child, *self._siblings_to_check(request)]
+        for check in checks:
+            if not check.intent_path:
+                raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: {check.task_id} has no intent to rerun")
+        tree = CandidateTree.read(request.root, candidate)
+        intents = [(check.task_id, self._candidate_intent(tree, candidate, check)) for check in checks]
+        _require_valid_descriptors(intents)
+        failed: list[str] = []
+        for task_id, intent in intents:
+            failed.extend(_run_on_fresh_tree(tree, task_id, intent))
+        if failed:
+            raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: {', '.join(failed)} failed on candidate "
+                                                 f"{candidate}")
+
+    @staticmethod
+    def _siblings_to_check(request: IntegrationRequest) -> list[IntegrationChild]:
+        """Integrated siblings whose commit landed after this Lane's base (`rev-list base..head`)."""
+        with_commit = [sibling for sibling in request.siblings if sibling.commit]
+        if not with_commit or request.batch_head == request.lane_base:
+            return []
+        since = set(git(request.root, "rev-list", f"{request.lane_base}..{request.batch_head}").text.split())
+        return [sibling for sibling in with_commit if sibling.commit in since]
+
+    @staticmethod
+    def _candidate_intent(tree: "CandidateTree", candidate: str, check: IntegrationChild) -> dict[str, Any]:
+        from lanes_es.domain.intent import parse_task_intent  # the domain owns TaskIntent v1
+
+        content = tree.file(check.intent_path or "")
+        if content is None:
+            raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: intent {check.intent_path} of {check.task_id} is "
+                                                 f"absent from candidate {candidate}")
+        try:
+            return parse_task_intent(json.loads(content.decode("utf-8")))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: intent of {check.task_id} is unreadable in "
+                                                 f"candidate {candidate}: {error}") from None
+
+    @staticmethod
+    def _fast_forward(root: str, candidate: str) -> str:
+        moved = git_ok(root, "merge", "--ff-only", "--quiet", candidate)
+        if moved.exit_code != 0:
+            raise IntegrationError(CONFLICT, f"{CONFLICT}: batch branch could not fast-forward to {candidate}: "
+                                             f"{moved.error_text or 'git merge failed'}")
+        landed = git(root, "rev-parse", "HEAD").text
+        if landed != candidate:
+            raise IntegrationError(CONFLICT, f"{CONFLICT}: batch branch landed on {landed}, expected {candidate}")
+        return candidate
+
+    # ------------------------------------------------------------ crash recovery and release
+
+    def find_integrated(self, root: str, task_id: str, batch_id: str, from_head: str, lane_base: str,
+                        lane_commit: str) -> str | None:
+        """findIntegratedCandidate: a batch commit in from..HEAD for this task whose change is the lane change.
+
+        One log spawn; one diff-tree spawn for all matching commits (upstream: a rev-parse
+        and a diff-tree per match).
+        """
+        listed = git_ok(root, "log", "--fixed-strings", f"--grep=imm({task_id}):",
+                        f"--format=%x01%H%x00%P%x00%(trailers:key={BATCH_TRAILER},valueonly)%x00%s",
+                        f"{from_head}..HEAD")
+        if listed.exit_code != 0:
+            raise GitFailure(f"failed to search for integrated {task_id}: {listed.error_text}")
+        matches: list[tuple[str, str]] = []
+        for record in listed.stdout.decode("utf-8", "replace").split("\x01"):
+            fields = record.split("\0")
+            if len(fields) < 4 or not fields[0] or not fields[1]:
+                continue
+            commit, parents, trailer, subject = fields[0], fields[1].split(), fields[2], fields[3]
+            if trailer.strip() == batch_id and subject.strip().startswith(f"imm({task_id}):"):
+                matches.append((parents[0], commit))
+        if not matches:
+            return None
+        lane_change, *found = change_identities(root, [(lane_base, lane_commit), *matches])
+        for (_, commit), change in zip(matches, found):
+            if change == lane_change:
+                return commit
+        return None
+
+    def audit_reachable(self, root: str, head: str, task_id: str) -> bool:
+        """A directory under `.imm/audit/<task>` in `head`'s tree holds both files of the audit pair."""
+        if not is_valid_id(task_id):
+            return False
+        audit = f".imm/audit/{task_id}"
+        listing = git_ok(root, "ls-tree", "-r", "-z", "--name-only", "--full-tree", head, "--", audit)
+        if listing.exit_code != 0:
+            return False
+        files = {path for path in listing.stdout.decode("utf-8", "replace").split("\0")
+                 if path == audit or path.startswith(audit + "/")}
+        directories = {path.rsplit("/", 1)[0] for path in files}
+        return any(f"{directory}/{AUDIT_RECORD}" in files and f"{directory}/{AUDIT_PROOF}" in files
+                   for directory in directories)
+
+
+# ---------------------------------------------------------------- the candidate tree
+
+
+class TreeEntry(msgspec.Struct, frozen=True):
+    mode: str
+    kind: str
+    sha: str
+
+
+class CandidateTree:
+    """A commit's full tree read from the object store: ls-tree, then every blob in one cat-file.
+
+    Not `git archive`: archive applies the tree's own `export-ignore` and `export-subst`
+    attributes, so a hostile `.gitattributes` could hide a sibling's file from the rerun.
+    Two spawns whatever the tree's size; the candidate is then written to as many fresh
+    temporary directories as there are descriptor sets to run, with no worktree involved.
+    """
+
+    def __init__(self, entries: dict[str, TreeEntry], blobs: dict[str, bytes]) -> None:
+        self.entries = entries
+        self.blobs = blobs
+
+    @classmethod
+    def read(cls, root: str, commit: str) -> "CandidateTree":
+        listing = git(root, "ls-tree", "-r", "-z", "--full-tree", commit).stdout.decode("utf-8", "surrogateescape")
+        entries: dict[str, TreeEntry] = {}
+        for record in listing.split("\0"):
+            if not record:
+                continue
+            meta, path = record.split("\t", 1)
+            mode, kind, sha = meta.split(" ")
+            entries[path] = TreeEntry(mode, kind, sha)
+        wanted = sorted({entry.sha for entry in entries.values() if entry.kind == "blob"})
+        return cls(entries, _read_blobs(root, wanted))
+
+    def file(self, path: str) -> bytes | None:
+        """The bytes of a regular file at `path`, or None (absent, a symlink, a submodule)."""
+        entry = self.entries.get(path)
+        if entry is None or entry.kind != "blob" or entry.mode not in ("100644", "100755"):
+            return None
+        return self.blobs.get(entry.sha)
+
+    def write_to(self, directory: str) -> None:
+        """Write every entry under `directory`: files with their mode, symlinks as links, submodules as empty dirs."""
+        for path, entry in self.entries.items():
+            target = _safe_target(directory, path)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if entry.kind == "commit":
+                os.makedirs(target, exist_ok=True)
+            elif entry.mode == "120000":
+                os.symlink(os.fsdecode(self.blobs[entry.sha]), target)
+            else:
+                mode = 0o755 if entry.mode == "100755" else 0o644
+                handle = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+                with os.fdopen(handle, "wb") as stream:
+                    stream.write(self.blobs[entry.sha])
+                os.chmod(target, mode)
+
+
+def _read_blobs(root: str, shas: list[str]) -> dict[str, bytes]:
+    """`cat-file --batch`: "<sha> <type> <size>\\n<content>\\n" per requested object."""
+    if not shas:
+        return {}
+    out = git(root, "cat-file", "--batch", stdin="".join(f"{sha}\n" for sha in shas)).stdout
+    blobs: dict[str, bytes] = {}
+    position = 0
+    for sha in shas:
+        line_end = out.index(b"\n", position)
+        header = out[position:line_end].decode("ascii", "replace").split(" ")
+        if len(header) != 3:
+            raise GitFailure(f"object {sha} is missing from the repository")
+        size = int(header[2])
+        blobs[sha] = out[line_end + 1:line_end + 1 + size]
+        position = line_end + 1 + size + 1
+    return blobs
+
+
+def _safe_target(directory: str, path: str) -> str:
+    """git never stores `..`, `.git` or absolute paths in a tree it made; refuse one that does."""
+    parts = path.split("/")
+    if path.startswith("/") or any(part in ("", ".", "..") or part.lower() == ".git" for part in parts):
+        raise GitFailure(f"candidate tree holds an unsafe path {path!r}")
+    return os.path.join(directory, *parts)
+
+
+def _require_valid_descriptors(intents: Iterable[tuple[str, dict[str, Any]]]) -> None:
+    """Every acceptance item's verification must parse as a descriptor before anything runs."""
+    from lanes_es.domain.descriptor import parse_verification_descriptor  # the domain owns descriptor v2
+
+    count = 0
+    for _, intent in intents:
+        for item in intent["acceptance"]:
+            count += 1
+            try:
+                parse_verification_descriptor(item["verification"])
+            except Exception as error:  # the parser's refusal, whatever its type
+                raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: a verification descriptor is invalid: "
+                                                     f"{error}") from None
+    if count == 0:
+        raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: no descriptor to rerun")
+
+
+def _run_on_fresh_tree(tree: CandidateTree, task_id: str, intent: dict[str, Any]) -> list[str]:
+    """Run one task's acceptance on its own copy of the candidate (a run may write into its tree).
+
+    Returns the failed finding ids; a rerun that cannot complete is a check failure, never a pass.
+    """
+    from lanes_es.adapters.qa import run_acceptance  # the kernel's deterministic QA
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="lanes-es-candidate-", ignore_cleanup_errors=True) as directory:
+            tree.write_to(directory)
+            verdict = run_acceptance(directory, task_id, intent)
+    except IntegrationError:
+        raise
+    except Exception as error:
+        raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: the descriptor rerun could not complete: "
+                               f"{error}") from None
+    if verdict.decision == "pass":
+        return []
+    ids = [_finding_id(task_id, finding) for finding in verdict.findings]
+    return ids or [f"{task_id}:a descriptor"]
+
+
+def _finding_id(task_id: str, finding: Any) -> str:
+    """Upstream names a failed item `<task_id>:<item.id>`."""
+    found = finding.get("id") if isinstance(finding, dict) else getattr(finding, "id", "")
+    found = str(found or "")
+    return found if found.startswith(f"{task_id}:") else f"{task_id}:{found}"
+
+
+__all__ = ["GitLanes", "StatusRead", "read_status", "parse_status_v2", "change_identities", "branch_and_head",
+           "real_path", "CandidateTree"]
