@@ -395,11 +395,15 @@ class LaneTick:
         except (AuthorizationError, ValueError) as error:
             raise _Finished(self.fail_lineage(str(error))) from None
 
-    def fail_lineage(self, message: str) -> dict[str, Any]:
-        """Every in-flight child parks with the message, its dependents are skipped, the batch fails."""
+    def fail_lineage(self, message: str, extras: ev.ReportExtras | None = None) -> dict[str, Any]:
+        """Every in-flight child parks with the message, its dependents are skipped, the batch fails.
+
+        Upstream's enroll, commit and integrate paths set `failed` with siblings still in
+        flight, a record its own validator refuses; here every path fails the same way.
+        """
         for child in self.batch.children_in(*IN_FLIGHT):  # type: ignore[union-attr]
             self.batch.park(self.now, child["task_id"], message)  # type: ignore[union-attr]
-        return self.finalize("failed", message, extras=ev.ReportExtras())
+        return self.finalize("failed", message, extras=extras or ev.ReportExtras())
 
     # ------------------------------------------------------------ per-tick inputs
 
@@ -555,8 +559,7 @@ class LaneTick:
             self.park_child(task_id, message)
             if is_lineage_break(message):
                 # A broken lineage cannot be trusted for any other child either.
-                raise _Finished(self.finalize("failed", message,
-                                              extras=ev.ReportExtras(lane_refusals=list(self.refusals)))) from None
+                raise _Finished(self.fail_lineage(message, ev.ReportExtras(lane_refusals=list(self.refusals)))) from None
             return
         self.batch.enroll(self.now, task_id, fresh.run_id)  # type: ignore[union-attr]
         self.persist()
@@ -574,7 +577,7 @@ class LaneTick:
                 message = str(error)
                 self.park_child(task_id, message)
                 if is_lineage_break(message):
-                    raise _Finished(self.finalize("failed", message, extras=ev.ReportExtras())) from None
+                    raise _Finished(self.fail_lineage(message)) from None
                 continue
             self.batch.commit_lane(self.now, task_id, lane_commit)  # type: ignore[union-attr]
             self.persist()
@@ -606,7 +609,7 @@ class LaneTick:
         reason = message if is_lineage_break(message) or message.startswith(f"{code}:") else f"{code}: {message}"
         self.park_child(task_id, reason)
         if is_lineage_break(message):
-            raise _Finished(self.finalize("failed", message, extras=ev.ReportExtras()))
+            raise _Finished(self.fail_lineage(message))
         # The batch branch is unmoved; a disjoint sibling may still integrate.
 
     def reseal_delegated_revision(self, task_id: str) -> None:

@@ -1,0 +1,52 @@
+"""Reading a Local Initiative carrier, `docs/initiatives/<slug>.md`, from the coordinator checkout."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from lanes_es.domain.ids import is_valid_id
+from lanes_es.domain.initiative_file import parse_local_initiative
+from lanes_es.ports import PortError
+
+MAX_CARRIER_BYTES = 1024 * 1024
+
+
+def carrier_path(slug: str) -> str:
+    return f"docs/initiatives/{slug}.md"
+
+
+def has_local_initiative(root: str, slug: str) -> bool:
+    """Whether the carrier exists; a symlink or non-file there is refused, never followed."""
+    path = Path(root) / carrier_path(slug)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(mode):
+        raise PortError(f"Local Initiative {carrier_path(slug)} must be a regular file")
+    return True
+
+
+def read_local_initiative(root: str, slug: str) -> dict[str, Any]:
+    """The carrier's observation (contracts §10.1); PortError with upstream's message otherwise."""
+    if not is_valid_id(slug):
+        raise PortError("initiative_slug is invalid")
+    relative = carrier_path(slug)
+    if not has_local_initiative(root, slug):
+        raise PortError(f"Local Initiative {relative} does not exist; write it first "
+                        f"(## <slice-id>: <title>, a 'Tasks:' list with one task, optional 'Blocked by:')")
+    path = Path(root) / relative
+    for parent in path.relative_to(root).parents:
+        if parent != Path(".") and (Path(root) / parent).is_symlink():
+            raise PortError(f"Local Initiative {relative} must be a regular file")
+    data = path.read_bytes()
+    if len(data) > MAX_CARRIER_BYTES:
+        raise PortError(f"Local Initiative {relative} is larger than {MAX_CARRIER_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+        return parse_local_initiative(text, slug, relative)
+    except (UnicodeDecodeError, ValueError) as error:
+        raise PortError(str(error)) from None

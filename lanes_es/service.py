@@ -1,0 +1,401 @@
+"""The service layer: what the command line, the MCP server and the autopilot call.
+
+Each use case loads the aggregates, holds the batch lock, runs the domain or the tick
+through ports, saves the new events and materializes the projections. The ports come
+from an `Adapters` factory chosen at the composition root (tools/compose.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from lanes_es.adapters.store import EventStore, StoreConflict
+from lanes_es.domain import events as ev
+from lanes_es.domain.aggregate import TransitionRefused
+from lanes_es.domain.batch import LaneBatch
+from lanes_es.domain.ids import batch_branch_name, is_valid_id
+from lanes_es.domain.initiative import Initiative
+from lanes_es.domain.plan import project_batch_plan
+from lanes_es.domain.record import IN_FLIGHT, is_terminal
+from lanes_es.domain.report import RETIRE_NEXT_ACTION, RETIRE_REASON, lane_report
+from lanes_es.ports import KernelError, PortError
+from lanes_es.tick import LaneTick, PlanMismatch, TickOutcome, lane_rejection_report, refusal_report
+from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput, TickInput, TickPorts
+from projections.batch import documents_of, drift, materialize
+
+# upstream's runner turns these store conditions into a rejection instead of an error
+_STORE_CONDITION = re.compile(r"retired file-store|kernel store|CAS mismatch|store is busy|locked", re.IGNORECASE)
+STORE_CONDITION_NEXT = "settle the reported kernel store condition and retry in the current Host"
+
+EXIT_OK, EXIT_INTERNAL, EXIT_REJECTED, EXIT_STOPPED = 0, 1, 2, 3
+
+
+class Adapters(Protocol):
+    def tick_ports(self, root: str, slug: str) -> TickPorts:
+        """Fresh ports for one tick (caches inside them live for one tick only)."""
+
+    def head(self, root: str) -> str:
+        """The coordinator's HEAD commit."""
+
+    def ensure_state_ignored(self, root: str) -> bool:
+        """Add `.imm/state/` to `.git/info/exclude` when git does not ignore it; True when added."""
+
+    def read_initiative(self, root: str, slug: str) -> dict[str, Any]:
+        """The Initiative's observation (the Local carrier)."""
+
+
+class ServiceError(Exception):
+    """A use case refused: `code` is stable, the message says what to do next."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.detail = message
+
+
+@dataclass
+class TickResult:
+    report: dict[str, Any]
+    batch_id: str
+    written: bool
+    drift: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        state = self.report["batch_state"]
+        if state == "rejected":
+            return EXIT_REJECTED
+        if state in ("needs_human", "budget_stopped", "failed", "superseded"):
+            return EXIT_STOPPED
+        return EXIT_OK
+
+
+@dataclass
+class Confirmation:
+    """The facts a literal user confirms, shown before the answer is recorded."""
+
+    slug: str
+    batch_id: str
+    resumes: bool
+    plan: dict[str, Any]
+    children: list[ev.PlanChild]
+    plan_digest: str
+    base_head: str
+    budget: ev.Budget
+    max_parallel: int
+    final_verification: list[str] | None
+    delegate_revisions: bool
+
+    def facts(self) -> dict[str, Any]:
+        return {
+            "initiative_slug": self.slug,
+            "batch_id": self.batch_id,
+            "resumes_parked_batch": self.resumes,
+            "branch": batch_branch_name(self.slug),
+            "base_head": self.base_head,
+            "plan_digest": self.plan_digest,
+            "children": [{"task_id": c.task_id, "slice_id": c.slice_id, "blocked_by": list(c.blocked_by)}
+                         for c in self.children],
+            "excluded": [c for c in self.plan.get("children", []) if c.get("status") != "enrollable"],
+            "budget": self.budget.plain(),
+            "lane_mode": {
+                "max_parallel": self.max_parallel,
+                "parallel_groups": self.plan.get("parallel_groups", []),
+                "serialized": self.plan.get("scope_conflicts", []),
+                **({"final_verification": self.final_verification} if self.final_verification else {}),
+                "offer_revision_delegation": True,
+                "delegate_revisions": self.delegate_revisions,
+            },
+        }
+
+
+@dataclass
+class LanesService:
+    root: str
+    store: EventStore
+    adapters: Adapters
+    now: Callable[[], str]
+    stats_path: str | None = None
+
+    # ------------------------------------------------------------ reading
+
+    def initiative(self, slug: str) -> Initiative | None:
+        _check_slug(slug)
+        return self.store.initiative(slug)
+
+    def active_batch(self, slug: str) -> LaneBatch | None:
+        initiative = self.initiative(slug)
+        if initiative is None or initiative.current is None:
+            return None
+        return self.store.batch(initiative.current.batch_id)
+
+    def batch(self, batch_id: str) -> LaneBatch:
+        if not is_valid_id(batch_id):
+            raise ServiceError("invalid_batch_id", f"{batch_id!r} is not a batch id")
+        batch = self.store.batch(batch_id)
+        if batch is None:
+            raise ServiceError("batch_not_found", f"no batch {batch_id} in the store {self.store.url}; "
+                                                  f"`lanes-es status` lists the Initiative's batches")
+        return batch
+
+    def plan(self, slug: str) -> dict[str, Any]:
+        """The batch plan as the coordinator reads it now (contracts §10.3)."""
+        _check_slug(slug)
+        ports = self.adapters.tick_ports(self.root, slug)
+        try:
+            observation = self.adapters.read_initiative(self.root, slug)
+        except PortError as error:
+            raise ServiceError("plan_projection_failed", str(error)) from None
+        reads: dict[str, Any] = {}
+        settled: list[str] = []
+        for task in observation["tasks"]:
+            task_id = task["task_id"]
+            tombstone = ports.kernel.read_tombstone(self.root, task_id)
+            if tombstone is not None:
+                settled.append(task_id)
+            try:
+                reads[task_id] = ports.batch_git.read_intent(self.root, task_id, None)
+            except PortError as error:
+                reads[task_id] = str(error)
+        try:
+            return project_batch_plan(observation, reads, settled_tasks=settled)
+        except ValueError as error:
+            raise ServiceError("empty_enrollable_set" if "no enrollable" in str(error) else "plan_projection_failed",
+                               str(error)) from None
+
+    # ------------------------------------------------------------ authorize
+
+    def confirmation(self, slug: str, *, max_parallel: int | None = None, max_children: int | None = None,
+                     qa_failure_limit: int | None = None, final_verification: list[str] | None = None,
+                     delegate_revisions: bool = False) -> Confirmation:
+        """What `authorize` will ask the user to confirm; nothing is written."""
+        initiative = self.initiative(slug)
+        current = initiative.current if initiative else None
+        recorded = self.store.batch(current.batch_id) if current else None
+        if current is not None and recorded is not None and not is_terminal(recorded.batch_state):
+            return self._reconfirmation(slug, current, recorded, max_parallel, delegate_revisions)
+        if current is not None and recorded is None:
+            # Authorized but never ticked: confirm it again as it stands.
+            return self._reconfirmation(slug, current, None, max_parallel, delegate_revisions)
+        plan = self.plan(slug)
+        enrollable: list[ev.PlanChild] = plan["enrollable"]
+        budget = ev.Budget(max_children=max_children or len(enrollable),
+                           qa_failure_limit=qa_failure_limit or plan["budget"]["qa_failure_limit"])
+        if budget.max_children > len(enrollable) or budget.max_children < 1:
+            raise ServiceError("invalid_budget", f"max_children must be 1 to {len(enrollable)} (the enrollable children)")
+        return Confirmation(slug=slug, batch_id=f"batch-{slug}-{uuid.uuid4()}", resumes=False, plan=plan,
+                            children=enrollable, plan_digest=plan["plan_digest"], base_head=self.adapters.head(self.root),
+                            budget=budget, max_parallel=max_parallel or 1, final_verification=final_verification or None,
+                            delegate_revisions=delegate_revisions)
+
+    def _reconfirmation(self, slug: str, current: ev.BatchAuthorized, recorded: LaneBatch | None,
+                        max_parallel: int | None, delegate_revisions: bool) -> Confirmation:
+        """A fresh confirmation of the active batch: same plan and base, a newer confirmation time."""
+        recorded_parallel = recorded.record["max_parallel"] if recorded else current.max_parallel
+        if max_parallel is not None and max_parallel != recorded_parallel:
+            raise ServiceError("batch_parallel_mismatch", f"the recorded batch runs with max_parallel {recorded_parallel}")
+        children, digest = list(current.children), current.plan_digest
+        if recorded is not None and recorded.record.get("reseals"):
+            identities = recorded.record["intent_identities"]
+            children = [ev.PlanChild(task_id=c.task_id, slice_id=c.slice_id, blocked_by=list(c.blocked_by),
+                                     **identities[c.task_id]) for c in children]
+            digest = recorded.record["plan_digest"]
+        return Confirmation(slug=slug, batch_id=current.batch_id,
+                            resumes=recorded is not None and recorded.batch_state == "needs_human",
+                            plan={"parallel_groups": [], "scope_conflicts": []}, children=children,
+                            plan_digest=digest, base_head=current.base_head, budget=current.budget,
+                            max_parallel=recorded_parallel, final_verification=current.final_verification,
+                            delegate_revisions=delegate_revisions)
+
+    def authorize(self, confirmation: Confirmation) -> ev.BatchAuthorized:
+        """Record the literal user's yes to `confirmation` on the Initiative."""
+        with self.store.batch_lock(f"initiative-{confirmation.slug}"):
+            now = self.now()
+            initiative = self.store.initiative(confirmation.slug) or Initiative.register(at=now, slug=confirmation.slug)
+            ref = f"lanes-es-confirm-{uuid.uuid4().hex[:16]}"
+            try:
+                initiative.authorize(
+                    at=now, batch_id=confirmation.batch_id, plan_digest=confirmation.plan_digest,
+                    base_head=confirmation.base_head, branch=batch_branch_name(confirmation.slug),
+                    budget=confirmation.budget, max_parallel=confirmation.max_parallel,
+                    children=confirmation.children, confirmation_ref=ref,
+                    final_verification=confirmation.final_verification,
+                    delegate_revisions=confirmation.delegate_revisions, resumes=confirmation.resumes)
+            except TransitionRefused as error:
+                raise ServiceError("confirmation_failed", str(error)) from None
+            self.store.save(initiative)
+            self.adapters.ensure_state_ignored(self.root)
+            return initiative.authorizations[-1]
+
+    # ------------------------------------------------------------ tick
+
+    def tick(self, slug: str, *, max_parallel: int | None = None, offers: list[LaneOfferInput] | None = None,
+             instruction: InstructionInput | None = None, revision: RevisionInput | None = None,
+             executor_runtime: str | None = None) -> TickResult:
+        initiative = self.initiative(slug)
+        authorization = initiative.current if initiative else None
+        if authorization is None:
+            raise ServiceError("batch_authorization_invalid",
+                               f"Initiative {slug} has no current authorization; run `lanes-es authorize {slug}` first")
+        started = time.perf_counter()
+        timings = _Timings()
+        with self.store.batch_lock(authorization.batch_id):
+            batch = self.store.batch(authorization.batch_id)
+            repaired = self._repair_drift(batch)
+            if batch is None and max_parallel is not None and max_parallel != authorization.max_parallel:
+                tick = self._tick_input(slug, authorization, max_parallel, offers, instruction, revision, executor_runtime)
+                report = refusal_report(tick, None, "batch_parallel_mismatch",
+                                        f"the authorization covers max_parallel {authorization.max_parallel}")
+                return TickResult(report, authorization.batch_id, written=False)
+            limit = max_parallel if batch is not None else authorization.max_parallel
+            tick = self._tick_input(slug, authorization, limit, offers, instruction, revision, executor_runtime)
+            ports = self.adapters.tick_ports(self.root, slug)
+            outcome = self._run(tick, batch, ports, timings)
+            self._write_stats(started, timings)
+            return TickResult(outcome.report, authorization.batch_id, outcome.written, repaired)
+
+    def _tick_input(self, slug: str, authorization: ev.BatchAuthorized, max_parallel: int | None,
+                    offers: list[LaneOfferInput] | None, instruction: InstructionInput | None,
+                    revision: RevisionInput | None, executor_runtime: str | None) -> TickInput:
+        return TickInput(root=self.root, initiative_slug=slug, authorization=authorization, now=self.now(),
+                         max_parallel=max_parallel, lane_offers=tuple(offers or ()), lane_instruction=instruction,
+                         lane_revision=revision, revision_delegation=authorization.delegate_revisions,
+                         executor_runtime=executor_runtime)
+
+    def _run(self, tick: TickInput, batch: LaneBatch | None, ports: TickPorts, timings: "_Timings") -> TickOutcome:
+        def persist(live: LaneBatch) -> None:
+            began = time.perf_counter()
+            timings.events += self.store.save(live)
+            materialize(self.root, documents_of(live))
+            timings.store += time.perf_counter() - began
+
+        runner = LaneTick(tick=tick, ports=_timed(ports, timings), persist_port=persist, batch=batch)
+        try:
+            return runner.run()
+        except PlanMismatch as error:
+            raise ServiceError("plan_changed", f"{error}; re-authorize the Initiative") from None
+        except (StoreConflict, KernelError) as error:
+            if not isinstance(error, StoreConflict) and not _STORE_CONDITION.search(str(error)):
+                raise
+            return self._store_condition_report(tick, ports, str(error))
+
+    def _store_condition_report(self, tick: TickInput, ports: TickPorts, reason: str) -> TickOutcome:
+        """What the log holds is what stands: report it rejected, with only safe release handoffs."""
+        persisted = self.store.batch(tick.batch_id)
+        if persisted is None:
+            return TickOutcome(refusal_report(tick, None, "batch_store_condition", reason), None, written=False)
+        runner = LaneTick(tick=tick, ports=ports, persist_port=lambda _: None, batch=persisted)
+        return TickOutcome(lane_rejection_report(runner, reason, STORE_CONDITION_NEXT), persisted, written=False)
+
+    def _repair_drift(self, batch: LaneBatch | None) -> list[str]:
+        """A projection that differs from the log is rewritten from the log, and the drift reported."""
+        if batch is None:
+            return []
+        documents = documents_of(batch)
+        found = drift(self.root, documents)
+        if not found:
+            return []
+        materialize(self.root, documents)
+        for item in found:
+            batch.note_drift(self.now(), str(item.path))
+        self.store.save(batch)
+        return [item.describe() for item in found]
+
+    def _write_stats(self, started: float, timings: "_Timings") -> None:
+        if not self.stats_path:
+            return
+        from lanes_es.adapters.git import STATS
+
+        line = {"git_spawns": STATS.spawns, "git_seconds": round(STATS.seconds, 4),
+                "store_seconds": round(timings.store, 4), "kernel_seconds": round(timings.kernel, 4),
+                "total_seconds": round(time.perf_counter() - started, 4), "events_appended": timings.events}
+        with open(self.stats_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+    # ------------------------------------------------------------ retire, rebuild
+
+    def retire(self, slug: str) -> dict[str, Any]:
+        """upstream's retire_stale_batch: the active record becomes `superseded`, refused while a child is in flight."""
+        initiative = self.initiative(slug)
+        current = initiative.current if initiative else None
+        if current is None:
+            raise ServiceError("stale_batch_absent", f"Initiative {slug} has no active batch to retire")
+        with self.store.batch_lock(current.batch_id):
+            batch = self.store.batch(current.batch_id)
+            if batch is not None and is_terminal(batch.batch_state):
+                raise ServiceError("stale_batch_absent", f"batch {batch.id} is already {batch.batch_state}")
+            if batch is not None and batch.children_in(*IN_FLIGHT):
+                raise ServiceError("stale_batch_in_flight",
+                                   f"batch run state {batch.id} is {batch.batch_state} but a child is still mid-flight; "
+                                   f"let its Lanes settle (tick) or park them before retiring")
+            now = self.now()
+            if batch is not None:
+                batch.supersede(now, RETIRE_REASON, RETIRE_NEXT_ACTION)
+                self.store.save(batch)
+                materialize(self.root, documents_of(batch))
+            initiative.retire(at=now, batch_id=current.batch_id)  # type: ignore[union-attr]
+            self.store.save(initiative)
+            if batch is None:
+                return {"batch_id": current.batch_id, "batch_state": "superseded", "reason": RETIRE_REASON}
+            return batch.report or lane_report(batch.record, RETIRE_REASON, RETIRE_NEXT_ACTION)
+
+    def rebuild(self, batch_ids: list[str], *, check: bool) -> dict[str, list[str]]:
+        """Recompute every projection from the log; with `check`, write nothing and return the drift."""
+        found: dict[str, list[str]] = {}
+        for batch_id in batch_ids:
+            documents = documents_of(self.batch(batch_id))
+            if check:
+                found[batch_id] = [item.describe() for item in drift(self.root, documents)]
+            else:
+                found[batch_id] = [str(path) for path in materialize(self.root, documents)]
+        return found
+
+
+@dataclass
+class _Timings:
+    store: float = 0.0
+    kernel: float = 0.0
+    events: int = 0
+
+
+class _TimedKernel:
+    """Wraps the kernel port to add up the seconds spent in it, for LANES_ES_STATS."""
+
+    def __init__(self, kernel: Any, timings: _Timings) -> None:
+        self._kernel = kernel
+        self._timings = timings
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._kernel, name)
+        if not callable(target):
+            return target
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return target(*args, **kwargs)
+            finally:
+                self._timings.kernel += time.perf_counter() - began
+        return timed
+
+
+def _timed(ports: TickPorts, timings: _Timings) -> TickPorts:
+    from dataclasses import replace
+
+    return replace(ports, kernel=_TimedKernel(ports.kernel, timings))
+
+
+def _check_slug(slug: str) -> None:
+    if not is_valid_id(slug):
+        raise ServiceError("invalid_slug", f"initiative_slug {slug!r} is invalid: use letters, digits, '.', '_' or '-' "
+                                           f"(at most 128, starting with a letter or digit)")
+
+
+__all__ = ["LanesService", "ServiceError", "TickResult", "Confirmation", "LaneOfferInput", "InstructionInput",
+           "RevisionInput", "EXIT_OK", "EXIT_INTERNAL", "EXIT_REJECTED", "EXIT_STOPPED"]

@@ -1,0 +1,392 @@
+"""`lanes-es`: the command line of the lane batch engine.
+
+Exit codes: 0 running or completed, 3 needs_human / budget_stopped / failed, 2 a rejected tick
+or invalid input, 1 an internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Callable
+
+from lanes_es.domain.inputs import (
+    InvalidInput, parse_final_verification, parse_lane_instruction, parse_lane_offers, parse_lane_revision,
+    parse_max_parallel,
+)
+from lanes_es.service import EXIT_INTERNAL, EXIT_REJECTED, LanesService, ServiceError
+from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
+
+DESCRIPTION = """\
+Run an Initiative's tasks in parallel git worktrees (Lanes) and integrate each onto the
+batch branch imm/<slug> under guard. Every transition is an event in a per-batch log; the
+state file .imm/state/batches/<batch_id>.json and its report are projections of that log.
+
+A batch, step by step:
+  lanes-es plan SLUG                       see the children, parallel groups and scope conflicts
+  lanes-es authorize SLUG --max-parallel 2 confirm the plan (prints the batch id)
+  lanes-es tick SLUG                       one tick: asks for Lanes (provision handoffs)
+  git worktree add -b imm-lane/SLUG/TASK ../lane-TASK <base_head>
+  lanes-es tick SLUG --offer TASK=/abs/path/lane-TASK
+  (in the Lane) edit, then: lanes-es task submit
+  lanes-es tick SLUG                       commits, integrates, completes
+Or let the demo show it all: lanes-es demo
+"""
+
+EPILOG = "Exit codes: 0 running/completed, 3 needs_human/budget_stopped/failed, 2 rejected or invalid input, 1 internal error."
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_REJECTED
+    try:
+        return int(args.func(args) or 0)
+    except (ServiceError, InvalidInput) as error:
+        print(f"lanes-es: {error}", file=sys.stderr)
+        return EXIT_REJECTED
+    except KeyboardInterrupt:
+        print("lanes-es: interrupted; the log keeps every step already taken, run the command again to go on",
+              file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - the last line of defence says what happened
+        print(f"lanes-es: internal error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lanes-es", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", default=".", help="the coordinator checkout (default: the current directory)")
+    parser.add_argument("--store", default=None,
+                        help="event store URL: a SQLite path, sqlite:///PATH, postgresql://USER@HOST:PORT/DB or memory: "
+                             "(default: $LANES_ES_STORE, else <git common dir>/lanes-es/events.sqlite)")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_plan(commands)
+    _add_authorize(commands)
+    _add_tick(commands)
+    _add_status(commands)
+    _add_rebuild(commands)
+    _add_retire(commands)
+    for module in ("tools.task_cli", "tools.audit_cli", "tools.demo", "tools.bench", "tools.autopilot", "tools.mcp_server"):
+        _register_optional(module, commands)
+    return parser
+
+
+def _register_optional(module: str, commands: Any) -> None:
+    """Command groups that live in their own modules register themselves when present."""
+    import importlib
+
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name == module:
+            return
+        raise
+    loaded.register(commands)
+
+
+def service_of(args: argparse.Namespace) -> LanesService:
+    from tools.compose import build_service
+
+    return build_service(args.root, args.store)
+
+
+def _print(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False) if as_json else text(data))
+
+
+# ---------------------------------------------------------------- plan
+
+
+def _add_plan(commands: Any) -> None:
+    command = commands.add_parser("plan", help="show the batch plan of an Initiative (writes nothing)",
+                                  description="Read docs/initiatives/SLUG.md and each task's docs/plans/<task>.intent.json "
+                                              "and show the children, exclusions, parallel groups and scope conflicts.")
+    command.add_argument("slug", metavar="SLUG")
+    command.add_argument("--json", action="store_true", help="print the plan as JSON")
+    command.set_defaults(func=_plan)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    plan = service_of(args).plan(args.slug)
+    printable = {key: value for key, value in plan.items() if key != "enrollable"}
+    printable["enrollable"] = [child.plain() for child in plan["enrollable"]]
+    _print(printable, args.json, _plan_text)
+    return 0
+
+
+def _plan_text(plan: dict[str, Any]) -> str:
+    lines = [f"plan_digest {plan['plan_digest']}", "children:"]
+    for child in plan["children"]:
+        blocked = f" (blocked by {', '.join(child['blocked_by'])})" if child["blocked_by"] else ""
+        reason = f": {child['reason']}" if child.get("reason") else ""
+        lines.append(f"  {child['task_id']} [{child['status']}{reason}]{blocked}")
+    lines.append("parallel groups: " + " | ".join(", ".join(group) for group in plan["parallel_groups"]))
+    for conflict in plan.get("scope_conflicts", []):
+        lines.append(f"serialized: {conflict['task_id']} overlaps {', '.join(conflict['overlaps_with'])}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- authorize
+
+
+def _add_authorize(commands: Any) -> None:
+    command = commands.add_parser(
+        "authorize", help="confirm a batch as the literal user (or resume a parked one)",
+        description="Show the confirmation facts and record your answer. For an Initiative whose batch is parked "
+                    "(needs_human) or still running, this is a fresh confirmation of that same batch; otherwise a "
+                    "new batch id is minted from the current plan and HEAD.")
+    command.add_argument("slug", metavar="SLUG")
+    command.add_argument("--max-parallel", type=_positive, default=None, help="Lanes in flight at once (default 1)")
+    command.add_argument("--max-children", type=_positive, default=None,
+                         help="children this authorization may start (default: every enrollable child)")
+    command.add_argument("--qa-failure-limit", type=_positive, default=None, help="QA failures per child before "
+                         "the coordinator is asked for a correction (default 2)")
+    command.add_argument("--final-verification", action="append", metavar="CMD", default=None,
+                         help="a plain-argv command run on the batch branch before completion (1 to 8; repeatable)")
+    command.add_argument("--delegate-revisions", action="store_true",
+                         help="let the coordinator approve in-bounds breaking Intent revisions in a Lane (ADR 0018)")
+    command.add_argument("--yes", action="store_true", help="confirm without asking (you are the literal user)")
+    command.add_argument("--json", action="store_true", help="print the batch id and the confirmation facts as JSON")
+    command.set_defaults(func=_authorize)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a positive integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("expected a positive integer")
+    return value
+
+
+def _authorize(args: argparse.Namespace) -> int:
+    service = service_of(args)
+    final = parse_final_verification(args.final_verification) if args.final_verification else None
+    confirmation = service.confirmation(args.slug, max_parallel=args.max_parallel, max_children=args.max_children,
+                                        qa_failure_limit=args.qa_failure_limit, final_verification=final,
+                                        delegate_revisions=args.delegate_revisions)
+    facts = confirmation.facts()
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print(json.dumps(facts, indent=2), file=sys.stderr)
+            raise ServiceError("confirmation_port_unavailable",
+                               "no terminal to ask on; review the facts above and run again with --yes")
+        print(json.dumps(facts, indent=2))
+        answer = input("Confirm this batch as the literal user? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            raise ServiceError("confirmation_declined", "nothing was recorded")
+    authorization = service.authorize(confirmation)
+    if args.json:
+        print(json.dumps({"batch_id": authorization.batch_id, "confirmation_time": authorization.confirmation_time,
+                          **facts}, indent=2))
+    else:
+        print(authorization.batch_id)
+    return 0
+
+
+# ---------------------------------------------------------------- tick
+
+
+def _add_tick(commands: Any) -> None:
+    command = commands.add_parser(
+        "tick", help="run one tick of the Initiative's batch",
+        description="Observe every Lane, commit and integrate settled work, admit offered Lanes, and report the "
+                    "handoffs: provision (make a Lane), executor (work in it), release (remove it), coordinator "
+                    "(send a correction).", epilog=EPILOG)
+    command.add_argument("slug", metavar="SLUG")
+    command.add_argument("--max-parallel", default=None, help="must repeat the authorized value when given")
+    command.add_argument("--offer", action="append", default=[], metavar="TASK=PATH",
+                         help="offer the Lane at absolute PATH for TASK (repeatable)")
+    command.add_argument("--instruction", default=None, metavar="JSON",
+                         help='a lane_instruction: {"task_id", "kind", "text", "session_state"}')
+    command.add_argument("--revision", default=None, metavar="JSON",
+                         help='a lane_revision: {"task_id", "next_intent": {...TaskIntent v1...}}')
+    command.add_argument("--executor-runtime", default=None, metavar="DIR",
+                         help="the runtime dir a Lane Executor loads, for the contract check on a new batch")
+    command.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    command.set_defaults(func=_tick)
+
+
+def parse_tick_inputs(max_parallel: Any, offers: Any, instruction: Any, revision: Any) -> dict[str, Any]:
+    """Untrusted tick parameters, checked with upstream's limits before anything is read or written."""
+    parsed_offers = parse_lane_offers(offers)
+    parsed_instruction = parse_lane_instruction(instruction)
+    parsed_revision = parse_lane_revision(revision)
+    return {
+        "max_parallel": parse_max_parallel(max_parallel),
+        "offers": [LaneOfferInput(task_id=o.task_id, path=o.path) for o in parsed_offers or []],
+        "instruction": None if parsed_instruction is None else InstructionInput(
+            task_id=parsed_instruction.task_id, kind=parsed_instruction.kind, text=parsed_instruction.text,
+            session_state=parsed_instruction.session_state),
+        "revision": None if parsed_revision is None else RevisionInput(
+            task_id=parsed_revision.task_id, next_intent=parsed_revision.next_intent),
+    }
+
+
+def _json_argument(text: str | None, name: str) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidInput(f"invalid {name}: not JSON ({error.msg})") from None
+
+
+def _tick(args: argparse.Namespace) -> int:
+    max_parallel: Any = None
+    if args.max_parallel is not None:
+        try:
+            max_parallel = int(args.max_parallel)
+        except ValueError:
+            max_parallel = args.max_parallel
+    offers = []
+    for item in args.offer:
+        task_id, sep, path = item.partition("=")
+        if not sep:
+            raise InvalidInput(f"invalid lane_offers: expected TASK=PATH, got {item!r}")
+        offers.append({"task_id": task_id, "path": path})
+    inputs = parse_tick_inputs(max_parallel, offers or None, _json_argument(args.instruction, "lane_instruction"),
+                               _json_argument(args.revision, "lane_revision"))
+    result = service_of(args).tick(args.slug, executor_runtime=args.executor_runtime, **inputs)
+    for line in result.drift:
+        print(f"lanes-es: drift repaired: {line}", file=sys.stderr)
+    _print(result.report, args.json, report_text)
+    return result.exit_code
+
+
+def report_text(report: dict[str, Any]) -> str:
+    """A readable summary of a report: state, reason, children, handoffs, next action."""
+    lines = [f"batch {report['batch_id']}: {report['batch_state']}"]
+    if report.get("reason"):
+        lines.append(f"reason: {report['reason']}")
+    for child in report["children"]:
+        detail = f" ({child['reason']})" if child.get("reason") else ""
+        commit = f" {child['commit'][:12]}" if child.get("commit") else ""
+        lines.append(f"  {child['task_id']:<24} {child['state']}{commit}{detail}")
+    for handoff in report.get("handoffs", []):
+        lines.append("handoff: " + _handoff_text(handoff))
+    for refusal in report.get("lane_refusals", []):
+        lines.append(f"refused offer: {refusal['task_id']} at {refusal['path']}: {refusal['reason']}")
+    for key in ("lane_instruction", "lane_revision"):
+        if key in report:
+            lines.append(f"{key}: {json.dumps(report[key])}")
+    if "final_verification" in report:
+        final = report["final_verification"]
+        lines.append(f"final verification: {'passed' if final['passed'] else 'FAILED'} at {final['head'][:12]}")
+    lines.append(f"next: {report['next_action']}")
+    return "\n".join(lines)
+
+
+def _handoff_text(handoff: dict[str, Any]) -> str:
+    role, task = handoff["role"], handoff["task_id"]
+    if role == "lane-steward" and handoff["action"] == "provision":
+        return f"provision a Lane for {task}: git worktree add -b {handoff['lane_branch']} <dir> {handoff['base_head']}"
+    if role == "lane-steward":
+        return f"release the Lane of {task} (branch {handoff['lane_branch']}) once it is clean"
+    if role == "coordinator":
+        return f"send {task} a correction ({handoff['corrections_left']} left) in {handoff['lane_path']}"
+    return f"run the Executor of {task} in {handoff['lane_path']} (next: {handoff['next_obligation']})"
+
+
+# ---------------------------------------------------------------- status, rebuild, retire
+
+
+def _add_status(commands: Any) -> None:
+    command = commands.add_parser("status", help="show a batch's current record",
+                                  description="The current v2 record of the Initiative's active batch, or of --batch ID.")
+    command.add_argument("slug", metavar="SLUG", nargs="?")
+    command.add_argument("--batch", default=None, metavar="ID")
+    command.add_argument("--json", action="store_true")
+    command.set_defaults(func=_status)
+
+
+def _status(args: argparse.Namespace) -> int:
+    service = service_of(args)
+    if args.batch:
+        batch = service.batch(args.batch)
+    elif args.slug:
+        batch = service.active_batch(args.slug)
+        if batch is None:
+            raise ServiceError("batch_not_found", f"Initiative {args.slug} has no batch yet; "
+                                                  f"run `lanes-es authorize {args.slug}` then `lanes-es tick {args.slug}`")
+    else:
+        raise ServiceError("invalid_input", "name an Initiative SLUG or --batch ID")
+    record = batch.record
+    _print(record, args.json, lambda r: report_text({**r, "reason": None, "next_action": _status_next(r)}))
+    return 0
+
+
+def _status_next(record: dict[str, Any]) -> str:
+    from lanes_es.domain.report import TERMINAL_NEXT_ACTIONS
+
+    return TERMINAL_NEXT_ACTIONS.get(record["batch_state"], "Inspect the batch run state.")
+
+
+def _add_rebuild(commands: Any) -> None:
+    command = commands.add_parser(
+        "rebuild", help="rewrite the state file and report from the log (or check them)",
+        description="Recompute every projection of a batch from its event log. With --check nothing is written and "
+                    "the exit code is 1 on any byte of drift.")
+    command.add_argument("batch_id", metavar="BATCH_ID", nargs="?")
+    command.add_argument("--all", action="store_true", help="every batch in the store")
+    command.add_argument("--check", action="store_true", help="write nothing; exit 1 on drift")
+    command.add_argument("--from-export", default=None, metavar="FILE", help="rebuild from an exported log")
+    command.set_defaults(func=_rebuild)
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    if args.from_export:
+        from lanes_es.audit.export import rebuild_from_export
+        from tools.compose import locate_repository
+
+        written = rebuild_from_export(args.from_export, locate_repository(args.root).root)
+        for path in written:
+            print(f"wrote {path}")
+        return 0
+    service = service_of(args)
+    if args.all:
+        batch_ids = service.store.batch_ids()
+    elif args.batch_id:
+        batch_ids = [args.batch_id]
+    else:
+        raise ServiceError("invalid_input", "name a BATCH_ID or pass --all")
+    results = service.rebuild(batch_ids, check=args.check)
+    drifted = False
+    for batch_id, items in results.items():
+        if args.check:
+            drifted = drifted or bool(items)
+            print(f"{batch_id}: " + ("; ".join(items) if items else "no drift"))
+        else:
+            print(f"{batch_id}: " + (f"rewrote {', '.join(items)}" if items else "already matches the log"))
+    return 1 if drifted else 0
+
+
+def _add_retire(commands: Any) -> None:
+    command = commands.add_parser("retire", help="retire the Initiative's stale batch (superseded)",
+                                  description="upstream's retire_stale_batch: the active batch becomes superseded. "
+                                              "Refused while a child is in flight.")
+    command.add_argument("slug", metavar="SLUG")
+    command.add_argument("--yes", action="store_true", help="confirm without asking")
+    command.add_argument("--json", action="store_true")
+    command.set_defaults(func=_retire)
+
+
+def _retire(args: argparse.Namespace) -> int:
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ServiceError("confirmation_port_unavailable", "no terminal to ask on; run again with --yes")
+        if input(f"Retire the active batch of {args.slug}? [y/N] ").strip().lower() not in ("y", "yes"):
+            raise ServiceError("confirmation_declined", "nothing was retired")
+    report = service_of(args).retire(args.slug)
+    _print(report, args.json, lambda r: f"batch {r['batch_id']}: superseded\n{r.get('reason', '')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""The composition root: the one place that chooses real adapters and wires the service.
+
+Everything else takes its ports as arguments; tests wire fakes or real adapters the
+same way this module does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from lanes_es.adapters.batch_git import GitBatch
+from lanes_es.adapters.final_verification import ProcessVerifier
+from lanes_es.adapters.git import git, git_ok
+from lanes_es.adapters.initiative_reader import read_local_initiative
+from lanes_es.adapters.kernel import ReferenceKernel
+from lanes_es.adapters.lane_git import GitLanes
+from lanes_es.adapters.store import EventStore, store_url_from_env
+from lanes_es.domain.ids import format_timestamp
+from lanes_es.ports import GitFailure
+from lanes_es.service import LanesService, ServiceError
+from lanes_es.tick_input import TickPorts
+
+
+def system_now() -> str:
+    return format_timestamp(datetime.now(timezone.utc))
+
+
+@dataclass(frozen=True)
+class Repository:
+    """The coordinator checkout: its top level and the git common dir shared by its worktrees."""
+
+    root: Path
+    common_dir: Path
+
+
+def locate_repository(start: str | os.PathLike[str]) -> Repository:
+    """One spawn: the worktree top level and the common dir; a clear error outside a repository."""
+    path = Path(start).resolve()
+    if not path.is_dir():
+        raise ServiceError("not_a_git_repository", f"{path} is not a directory; pass --root DIR of a git checkout")
+    result = git_ok(str(path), "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir")
+    if result.exit_code != 0:
+        raise ServiceError("not_a_git_repository",
+                           f"{path} is not inside a git repository; run lanes-es in the coordinator checkout "
+                           f"or pass --root DIR")
+    top, common = result.text.splitlines()[:2]
+    return Repository(root=Path(top).resolve(), common_dir=Path(common).resolve())
+
+
+class RealAdapters:
+    """Real git, the reference kernel and process runners, built fresh for each tick."""
+
+    def __init__(self, clock: Any = system_now) -> None:
+        self.clock = clock
+
+    def tick_ports(self, root: str, slug: str) -> TickPorts:
+        kernel = ReferenceKernel(clock=self.clock)
+        return TickPorts(kernel=kernel, batch_git=GitBatch(), lane_git=GitLanes(), verifier=ProcessVerifier(),
+                         tracker=None, revisions=kernel if hasattr(kernel, "apply_delegated_revision") else None)
+
+    def head(self, root: str) -> str:
+        result = git_ok(root, "rev-parse", "--verify", "HEAD^{commit}")
+        if result.exit_code != 0:
+            raise ServiceError("uncommitted_head", f"{root} has no commit yet; commit the base before authorizing")
+        return result.text
+
+    def ensure_state_ignored(self, root: str) -> bool:
+        if git_ok(root, "check-ignore", "-q", ".imm/state/batches").exit_code == 0:
+            return False
+        exclude = Path(git(root, "rev-parse", "--git-path", "info/exclude").text)
+        if not exclude.is_absolute():
+            exclude = Path(root) / exclude
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        existing = exclude.read_text() if exclude.exists() else ""
+        with open(exclude, "a", encoding="utf-8") as handle:
+            handle.write(("" if existing.endswith("\n") or not existing else "\n") + ".imm/state/\n")
+        return True
+
+    def read_initiative(self, root: str, slug: str) -> dict[str, Any]:
+        return read_local_initiative(root, slug)
+
+
+def open_store(repository: Repository, url: str | None = None) -> EventStore:
+    resolved = store_url_from_env(url, repository.common_dir)
+    return EventStore(resolved, lock_dir=repository.common_dir / "lanes-es" / "locks")
+
+
+def build_service(root: str | os.PathLike[str] = ".", store_url: str | None = None,
+                  clock: Any = system_now) -> LanesService:
+    repository = locate_repository(root)
+    try:
+        store = open_store(repository, store_url)
+    except GitFailure as error:
+        raise ServiceError("store_unavailable", str(error)) from None
+    return LanesService(root=str(repository.root), store=store, adapters=RealAdapters(clock), now=clock,
+                        stats_path=os.environ.get("LANES_ES_STATS"))

@@ -1,0 +1,192 @@
+"""`lanes-es demo`: a whole batch on a fresh repository, with the demo playing steward and Executor.
+
+It writes a small Initiative (six tasks with dependencies, two with overlapping scopes),
+confirms it, and ticks until the batch completes: provisioning a worktree for each
+provision handoff, editing inside the task's scope and submitting for each executor
+handoff, and removing a Lane for each release handoff. It then prints the batch
+branch's commits, the final report's summary and the result of `rebuild --check`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from lanes_es.adapters.git import git
+
+SLUG = "demo"
+MAX_TICKS = 60
+
+# task id -> (slice, blocked_by, scope, goal, file, content)
+TASKS: dict[str, tuple[str, list[str], list[str], str, str, str]] = {
+    "greet": ("S1", [], ["src/greet.py"], "Add a greeting function", "src/greet.py",
+              "def greet(name):\n    return f'Hello, {name}!'\n"),
+    "farewell": ("S2", [], ["src/farewell.py"], "Add a farewell function", "src/farewell.py",
+                 "def farewell(name):\n    return f'Goodbye, {name}.'\n"),
+    "guide-intro": ("S3", [], ["docs/guide.md"], "Write the guide's introduction", "docs/guide.md",
+                    "# Guide\n\nThis app greets and says goodbye.\n"),
+    "guide-usage": ("S4", [], ["docs/guide.md"], "Add usage to the guide", "docs/guide.md",
+                    "\n## Usage\n\n    python -m src.cli NAME\n"),
+    "cli": ("S5", ["greet", "farewell"], ["src/cli.py"], "Add a command line", "src/cli.py",
+            "import sys\nfrom src.greet import greet\nfrom src.farewell import farewell\n\n"
+            "if __name__ == '__main__':\n    print(greet(sys.argv[1]))\n    print(farewell(sys.argv[1]))\n"),
+    "smoke-test": ("S6", ["cli"], ["tests/test_cli.py"], "Add a smoke test for the command line",
+                   "tests/test_cli.py", "from src.cli import greet\n\n\ndef test_greet():\n"
+                   "    assert greet('x') == 'Hello, x!'\n"),
+}
+
+
+def register(commands: Any) -> None:
+    command = commands.add_parser(
+        "demo", help="run a whole batch on a new temporary repository",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    command.add_argument("--dir", default=None, help="where to make the repository (default: a new temp dir)")
+    command.add_argument("--max-parallel", type=int, default=3, help="Lanes in flight at once (default 3)")
+    command.set_defaults(func=lambda args: run_demo(args.dir, args.max_parallel))
+
+
+def initiative_markdown() -> str:
+    lines = ["# Demo Initiative", "", "A small app built in parallel Lanes.", ""]
+    for task_id, (slice_id, blocked_by, _, goal, _, _) in TASKS.items():
+        lines += [f"## {slice_id}: {goal}", ""]
+        if blocked_by:
+            lines += [f"Blocked by: {', '.join(blocked_by)}", ""]
+        lines += ["Tasks:", f"- {task_id}", ""]
+    return "\n".join(lines)
+
+
+def intent_json(task_id: str) -> str:
+    _, _, scope, goal, path, content = TASKS[task_id]
+    probe = content.strip().splitlines()[-1].strip()
+    check = (f"import pathlib, sys; text = pathlib.Path({path!r}).read_text() "
+             f"if pathlib.Path({path!r}).exists() else ''; sys.exit(0 if {probe!r} in text else 1)")
+    intent = {
+        "contract": "assurance_kernel/task_intent/v1",
+        "task_id": task_id,
+        "goal": goal,
+        "acceptance": [{
+            "id": "A1",
+            "assertion": f"{path} holds the delivered text",
+            "verification": json.dumps({
+                "contract": "assurance_kernel/verification_descriptor/v2",
+                "command": {"executable": "python3", "argv": ["-c", check], "cwd": ".",
+                            "timeout_ms": 60000, "max_output_bytes": 4096},
+                "environment": {"prepare": None, "writable_paths": []},
+            }),
+        }],
+        "scope_hint": scope,
+        "risk": "routine",
+        "revision": 1,
+        "owner": "user",
+    }
+    return json.dumps(intent, indent=2) + "\n"
+
+
+def make_repository(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    git(str(root), "init", "-q", "-b", "main")
+    git(str(root), "config", "user.name", "Demo User")
+    git(str(root), "config", "user.email", "demo@example.invalid")
+    (root / ".gitignore").write_text(".imm/state/\n__pycache__/\n")
+    (root / "README.md").write_text("# demo app\n")
+    (root / "docs" / "initiatives").mkdir(parents=True)
+    (root / "docs" / "plans").mkdir(parents=True)
+    (root / "docs" / "initiatives" / f"{SLUG}.md").write_text(initiative_markdown())
+    for task_id in TASKS:
+        (root / "docs" / "plans" / f"{task_id}.intent.json").write_text(intent_json(task_id))
+    git(str(root), "add", "-A")
+    git(str(root), "commit", "-q", "-m", "Demo base: an Initiative and its intents")
+
+
+def deliver(lane: Path, task_id: str) -> None:
+    """The scripted Executor: an edit inside the task's scope."""
+    _, _, _, _, path, content = TASKS[task_id]
+    target = lane / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    previous = target.read_text() if target.exists() else ""
+    target.write_text(previous + content)
+
+
+def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], None] = print) -> int:
+    from tools.cli import main as cli
+
+    base = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="lanes-es-demo-"))
+    repo, lanes = base / "repo", base / "lanes"
+    make_repository(repo)
+    out(f"demo repository: {repo}")
+
+    def run(*args: str) -> tuple[int, str]:
+        import contextlib
+        import io
+
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            code = cli(["--root", str(repo), *args])
+        return code, buffer.getvalue()
+
+    code, output = run("plan", SLUG)
+    out(output.rstrip())
+    code, batch_id = run("authorize", SLUG, "--max-parallel", str(max_parallel), "--yes")
+    if code != 0:
+        out("authorize failed")
+        return code
+    batch_id = batch_id.strip()
+    out(f"authorized {batch_id} (max_parallel {max_parallel})")
+    offers: list[str] = []
+    report: dict[str, Any] = {}
+    for number in range(1, MAX_TICKS + 1):
+        args = ["tick", SLUG, "--json"] + [f"--offer={offer}" for offer in offers]
+        code, output = run(*args)
+        report = json.loads(output)
+        states = ", ".join(f"{c['task_id']}={c['state']}" for c in report["children"])
+        out(f"tick {number}: {report['batch_state']}: {states}")
+        if report["batch_state"] != "running":
+            break
+        offers = steward_and_executor(repo, lanes, report, out)
+    if report.get("batch_state") != "completed":
+        out(f"the batch stopped as {report.get('batch_state')}: {report.get('reason')}")
+        return 3
+    out("")
+    out(f"batch branch imm/{SLUG}:")
+    base_head = json.loads(run("status", SLUG, "--json")[1])["base_head"]
+    out(git(str(repo), "log", "--format=%h %s", f"{base_head}..imm/{SLUG}").text)
+    out("")
+    out(f"final report: {report['batch_state']}: {report['reason']}")
+    out(f"  {len(report['commits'])} commits, {len(report['children'])} children")
+    code, output = run("rebuild", batch_id, "--check")
+    out(f"rebuild --check: {output.strip()} (exit {code})")
+    return 0 if code == 0 else 1
+
+
+def steward_and_executor(repo: Path, lanes: Path, report: dict[str, Any], out: Callable[[str], None]) -> list[str]:
+    """Act on each handoff as a person would; returns the Lanes to offer on the next tick."""
+    from tools.cli import main as cli
+
+    offers: list[str] = []
+    for handoff in report["handoffs"]:
+        task_id = handoff["task_id"]
+        lane = lanes / task_id
+        if handoff["role"] == "lane-steward" and handoff["action"] == "provision":
+            if lane.exists():
+                git(str(repo), "worktree", "remove", str(lane))
+            lanes.mkdir(parents=True, exist_ok=True)
+            git(str(repo), "worktree", "add", "-q", "-b", handoff["lane_branch"], str(lane), handoff["base_head"])
+            offers.append(f"{task_id}={lane}")
+            out(f"  steward: provisioned {lane} on {handoff['lane_branch']}")
+        elif handoff["role"] == "lane-steward" and handoff["action"] == "release":
+            git(str(repo), "worktree", "remove", str(lane))
+            out(f"  steward: released {lane}")
+        elif handoff["role"] == "executor":
+            deliver(lane, task_id)
+            code = cli(["--root", str(lane), "task", "submit"])
+            out(f"  executor: delivered {task_id} and submitted (exit {code})")
+    return offers
+
+
+if __name__ == "__main__":
+    sys.exit(run_demo(sys.argv[1] if len(sys.argv) > 1 else None))
+
