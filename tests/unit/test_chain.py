@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from audit_logs import completed_log
+from tests.unit.audit_logs import completed_log
 from lanes_es.adapters.store import EventStore
 from lanes_es.audit.chain import (
     DIGEST_MISMATCH, EMPTY_LOG, FIRST_VERSION_RULE, FOREIGN_EVENT, ROW_MISMATCH, UNDECODABLE, VERSION_GAP,

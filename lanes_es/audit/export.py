@@ -1,0 +1,138 @@
+"""A batch's log as JSON Lines, so that another machine can verify it without the store.
+
+One line per event, oldest first: an object with `topic` (the event class, as
+eventsourcing names it), `originator_id`, `originator_version` and the event's own
+fields, keys sorted, compact UTF-8. Reading an export decodes each line back to its
+event Struct through the store's own mapper (so upcasters apply), and refuses a
+malformed file with the line number and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import msgspec
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.utils import get_topic, resolve_topic
+
+from lanes_es.domain import events as ev
+from projections.batch import fold_documents, materialize
+
+from .chain import verify_chain
+
+_ENCODER = msgspec.json.Encoder(order="sorted")
+_KNOWN_EVENTS = frozenset(ev.ALL_EVENTS)
+# Only topics inside this package are resolved: resolving imports a module, and an export is untrusted.
+_TRUSTED_TOPIC_PREFIX = "lanes_es."
+
+
+class ExportError(ValueError):
+    """An export file that cannot be read as a batch's log; the message names the line."""
+
+
+def export_line(event: Any) -> bytes:
+    fields = msgspec.to_builtins(event)
+    fields["topic"] = get_topic(type(event))
+    class_version = getattr(type(event), "class_version", 1)
+    if class_version > 1:  # as the store marks it, so a reader does not upcast a current event again
+        fields["class_version"] = class_version
+    return _ENCODER.encode(fields) + b"\n"
+
+
+def export_lines(events: Iterable[Any]) -> Iterator[bytes]:
+    for event in events:
+        yield export_line(event)
+
+
+def write_export(events: Iterable[Any], path: Path) -> int:
+    """Write the export to `path` (replacing it); returns the number of events written."""
+    count = 0
+    with open(path, "wb") as handle:
+        for line in export_lines(events):
+            handle.write(line)
+            count += 1
+    return count
+
+
+def read_export(path: str | Path) -> list[Any]:
+    """The events of an export file, oldest first; `ExportError` on the first malformed line."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise ExportError(f"cannot read the export {path}: {error.strerror or error}") from None
+    return parse_export(data, str(path))
+
+
+def parse_export(data: bytes, name: str = "export") -> list[Any]:
+    if not data.strip():
+        raise ExportError(f"{name} holds no events")
+    if not data.endswith(b"\n"):
+        raise ExportError(f"{name} does not end with a newline: the file is truncated")
+    from lanes_es.adapters.store import NullTranscoder, StructMapper
+
+    mapper = StructMapper(NullTranscoder())
+    events: list[Any] = []
+    for number, line in enumerate(data[:-1].split(b"\n"), start=1):
+        event = _event_of_line(mapper, line, f"{name} line {number}")
+        if events and event.originator_id != events[0].originator_id:
+            raise ExportError(f"{name} line {number}: an event of {event.originator_id} inside the export of "
+                              f"{events[0].originator_id}; an export holds one batch's log")
+        events.append(event)
+    return events
+
+
+def _event_of_line(mapper: Any, line: bytes, where: str) -> Any:
+    if not line.strip():
+        raise ExportError(f"{where}: an empty line; each line must be one event")
+    try:
+        fields = msgspec.json.decode(line)
+    except msgspec.DecodeError as error:
+        raise ExportError(f"{where}: not JSON ({error})") from None
+    if not isinstance(fields, dict):
+        raise ExportError(f"{where}: not a JSON object")
+    topic = fields.pop("topic", None)
+    if not isinstance(topic, str):
+        raise ExportError(f"{where}: no topic naming the event class")
+    event_class = _event_class(topic, where)
+    originator_id = fields.get("originator_id")
+    originator_version = fields.get("originator_version")
+    if not isinstance(originator_id, str) or not isinstance(originator_version, int):
+        raise ExportError(f"{where}: originator_id must be text and originator_version an integer")
+    row = StoredEvent(originator_id=originator_id, originator_version=originator_version, topic=topic,
+                      state=_ENCODER.encode(fields))
+    try:
+        event = mapper.to_domain_event(row)
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise ExportError(f"{where}: not a valid {event_class.__name__} ({error})") from None
+    except (AttributeError, KeyError, TypeError, ValueError) as error:  # an upcaster meeting a bad shape
+        raise ExportError(f"{where}: cannot upcast {event_class.__name__} ({error})") from None
+    return event
+
+
+def _event_class(topic: str, where: str) -> type:
+    if not topic.startswith(_TRUSTED_TOPIC_PREFIX):
+        raise ExportError(f"{where}: {topic!r} is not a lanes-es event")
+    try:
+        event_class = resolve_topic(topic)
+    except Exception:  # resolve_topic raises several kinds for a name that does not exist
+        raise ExportError(f"{where}: unknown event topic {topic!r}") from None
+    if event_class not in _KNOWN_EVENTS:
+        raise ExportError(f"{where}: {topic!r} is not a lanes-es event")
+    return event_class
+
+
+def rebuild_from_export(path: str | Path, root: str | Path) -> list[Path]:
+    """Write the state file and report that the export's log folds to; returns the paths written.
+
+    An export whose chain is broken is refused: projections are rebuilt only from a
+    log that still says what it said when it was recorded.
+    """
+    events = read_export(path)
+    breaks = verify_chain(events)
+    if breaks:
+        raise ExportError(f"{path}: the audit chain is broken at {breaks[0].describe()}; nothing was written")
+    documents = fold_documents(events)
+    if documents is None:
+        raise ExportError(f"{path}: the export holds no BatchPrepared event, so there is no batch to rebuild")
+    return materialize(root, documents)
