@@ -15,6 +15,7 @@ import re
 from typing import Any, Mapping
 
 from .ids import is_canonical_timestamp, is_valid_id
+from .jstext import escape_lone_surrogates
 
 TASK_RECORD_CONTRACT = "assurance_kernel/task_record/v4"
 TOMBSTONE_CONTRACT = "assurance_kernel/task_tombstone/v2"
@@ -30,8 +31,9 @@ COMPLETE_TO_STATE = "done:frozen"
 
 
 def canonical_bytes(document: Any) -> bytes:
-    """Upstream's file form: `JSON.stringify(x, null, 2) + "\\n"` (keys in insertion order, UTF-8 kept)."""
-    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    """Upstream's file form: `JSON.stringify(x, null, 2) + "\\n"` (keys in insertion order, UTF-8 kept,
+    a lone surrogate escaped as JavaScript writes it)."""
+    return escape_lone_surrogates(json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
 
 def task_record_bytes(record: Mapping[str, Any]) -> bytes:
