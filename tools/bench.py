@@ -1,0 +1,110 @@
+"""`lanes-es bench`: git spawns and time of a tick that observes N Lanes in flight and changes nothing.
+
+For each N it builds a repository with N scope-disjoint tasks, authorizes them with
+max_parallel N, provisions and offers N worktrees, then measures quiet ticks (every
+Lane enrolled, no Executor has submitted). Targets: at most 2 spawns to inspect a
+Lane, at most 2N + 4 spawns for such a tick. Also the spawns of one `inspect_lane`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lanes_es.adapters.git import STATS, git
+
+
+def register(commands: Any) -> None:
+    command = commands.add_parser("bench", help="measure git spawns and tick time for N Lanes in flight",
+                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    command.add_argument("--lanes", type=int, nargs="+", default=[1, 8, 32], help="values of N (default 1 8 32)")
+    command.add_argument("--repeat", type=int, default=5, help="quiet ticks measured per N (default 5)")
+    command.add_argument("--json", action="store_true")
+    command.set_defaults(func=lambda args: run_bench(args.lanes, args.repeat, args.json))
+
+
+def _intent(task_id: str) -> str:
+    return json.dumps({
+        "contract": "assurance_kernel/task_intent/v1", "task_id": task_id, "goal": f"Deliver {task_id}",
+        "acceptance": [{"id": "A1", "assertion": "the file exists", "verification": json.dumps({
+            "contract": "assurance_kernel/verification_descriptor/v2",
+            "command": {"executable": "true", "argv": [], "cwd": ".", "timeout_ms": 60000, "max_output_bytes": 4096},
+            "environment": {"prepare": None, "writable_paths": []}})}],
+        "scope_hint": [f"src/{task_id}.txt"], "risk": "routine", "revision": 1, "owner": "user"}, indent=2) + "\n"
+
+
+def _repository(root: Path, count: int) -> str:
+    root.mkdir(parents=True)
+    git(str(root), "init", "-q", "-b", "main")
+    git(str(root), "config", "user.name", "Bench")
+    git(str(root), "config", "user.email", "bench@example.invalid")
+    (root / ".gitignore").write_text(".imm/state/\n")
+    (root / "docs" / "initiatives").mkdir(parents=True)
+    (root / "docs" / "plans").mkdir(parents=True)
+    lines = ["# Bench", ""]
+    for index in range(count):
+        task_id = f"task-{index:03d}"
+        lines += [f"## S{index}: {task_id}", "", "Tasks:", f"- {task_id}", ""]
+        (root / "docs" / "plans" / f"{task_id}.intent.json").write_text(_intent(task_id))
+    (root / "docs" / "initiatives" / "bench.md").write_text("\n".join(lines))
+    git(str(root), "add", "-A")
+    git(str(root), "commit", "-q", "-m", "bench base")
+    return git(str(root), "rev-parse", "HEAD").text
+
+
+def measure(count: int, repeat: int, workdir: Path) -> dict[str, Any]:
+    from lanes_es.tick_input import LaneOfferInput
+    from tools.compose import build_service
+
+    repo = workdir / f"repo-{count}"
+    base = _repository(repo, count)
+    service = build_service(repo)
+    confirmation = service.confirmation("bench", max_parallel=count)
+    service.authorize(confirmation)
+    service.tick("bench")
+    offers = []
+    for index in range(count):
+        task_id = f"task-{index:03d}"
+        lane = workdir / f"lanes-{count}" / task_id
+        git(str(repo), "worktree", "add", "-q", "-b", f"imm-lane/bench/{task_id}", str(lane), base)
+        offers.append(LaneOfferInput(task_id=task_id, path=str(lane)))
+    service.tick("bench", offers=offers)
+    spawns, seconds = [], []
+    for _ in range(repeat):
+        STATS.reset()
+        started = time.perf_counter()
+        report = service.tick("bench").report
+        seconds.append(time.perf_counter() - started)
+        spawns.append(STATS.spawns)
+        assert report["batch_state"] == "running", report["reason"]
+    from lanes_es.adapters.lane_git import GitLanes
+
+    lanes = GitLanes()
+    lanes.inspect_lane(str(repo), offers[0].path)  # warms the coordinator's cached common dir
+    STATS.reset()
+    lanes.inspect_lane(str(repo), offers[0].path)
+    inspect = STATS.spawns
+    service.store.close()
+    return {"lanes": count, "spawns_per_tick": max(spawns), "target": 2 * count + 4,
+            "spawns_per_inspect_lane": inspect, "tick_seconds_median": round(statistics.median(seconds), 4),
+            "tick_seconds_max": round(max(seconds), 4)}
+
+
+def run_bench(counts: list[int], repeat: int, as_json: bool) -> int:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="lanes-es-bench-") as directory:
+        for count in counts:
+            rows.append(measure(count, repeat, Path(directory)))
+            if not as_json:
+                row = rows[-1]
+                print(f"N={row['lanes']:>3}: {row['spawns_per_tick']:>3} spawns per quiet tick (target <= {row['target']}), "
+                      f"{row['spawns_per_inspect_lane']} per inspect_lane, tick {row['tick_seconds_median'] * 1000:.1f} ms "
+                      f"median, {row['tick_seconds_max'] * 1000:.1f} ms max", flush=True)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    return 0 if all(row["spawns_per_tick"] <= row["target"] and row["spawns_per_inspect_lane"] <= 2 for row in rows) else 1
