@@ -1,0 +1,342 @@
+"""The lane-aware completion verifier (contracts §11.5, LANE-CMP-08/09, LANE-LIN-02) on hand-built repositories.
+
+Each repository is made as the engine would leave it: lane commits with the batch subject,
+trailer and author, each carrying its audit pair, on `imm/<slug>`; the state file and the
+report are the projections of a log made with the real LaneBatch aggregate.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from lanes_es.adapters.git import STATS
+from lanes_es.audit.completion import OBSERVATION_CONTRACT, verify_completion
+from lanes_es.domain import events as ev
+from lanes_es.domain.batch import LaneBatch
+from projections.batch import fold_documents, materialize
+from projections.files import report_path, state_path
+from tests.gitfixtures import (
+    all_refs, batch_message, checkout_batch_branch, commit_all, commit_file, head, identity_env, intent_json, make_repo,
+    porcelain, run_git, write_audit_pair, write_file,
+)
+
+BATCH = "batch-demo-7c1e"
+SLUG = "demo"
+NOW = "2026-04-01T10:00:00.000Z"
+
+
+def at(second: int) -> str:
+    return f"2026-04-01T10:00:{second:02d}.000Z"
+
+
+class Built:
+    def __init__(self, root: str, base: str) -> None:
+        self.root = root
+        self.base = base
+        self.delivered: list[tuple[str, str, str]] = []  # (task, commit, run id), in integration order
+        self.adopted: list[tuple[str, str]] = []
+
+
+def deliver(built: Built, task: str, *, pair: bool = True, lifecycle: str = "done", extra: dict[str, str] | None = None,
+            message: str | None = None) -> str:
+    run_id = f"run-{uuid.uuid4()}"
+    write_file(built.root, f"{task}.txt", f"{task} delivered\n")
+    for relative, content in (extra or {}).items():
+        write_file(built.root, relative, content)
+    if pair:
+        write_audit_pair(built.root, task, run_id, lifecycle=lifecycle, at=NOW)
+    commit = commit_all(built.root, message or batch_message(task, BATCH))
+    built.delivered.append((task, commit, run_id))
+    return commit
+
+
+def make_batch(tmp_path: Path, tasks: list[str]) -> Built:
+    root = make_repo(tmp_path / "repo", intents={task: intent_json(task) for task in tasks})
+    base = checkout_batch_branch(root, SLUG)
+    return Built(root, base)
+
+
+def write_documents(built: Built, plan: list[str], *, final_state: str = "completed") -> None:
+    """The log of this delivery, made by the aggregate, materialized as the state file and report."""
+    batch = LaneBatch.prepare(
+        at=at(0), batch_id=BATCH, initiative_slug=SLUG, plan_digest="sha256:" + "0" * 64, base_head=built.base,
+        branch=f"imm/{SLUG}", confirmation_time=at(0),
+        budget=ev.Budget(max_children=len(plan), qa_failure_limit=3), max_parallel=2,
+        children=[ev.PlanChild(task_id=task, slice_id=f"slice-{task}", blocked_by=[]) for task in plan])
+    batch.start(at(1))
+    adopted = dict(built.adopted)
+    if built.base in adopted:
+        batch.adopt_head(at(1), built.base, adopted[built.base])
+    for second, (task, commit, run_id) in enumerate(built.delivered, start=2):
+        batch.admit_lane(at(second), task, ev.LaneBinding(path=f"/lanes/{task}", branch=f"imm-lane/{SLUG}/{task}",
+                                                          base_head=built.base))
+        batch.enroll(at(second), task, run_id)
+        batch.settle(at(second), task)
+        batch.commit_lane(at(second), task, commit)
+        batch.integrate(at(second), task, commit)
+        if commit in adopted:
+            batch.adopt_head(at(second), commit, adopted[commit])
+    batch.settle_batch(at(30), final_state, "all enrollable children integrated", "")
+    materialize(built.root, fold_documents(batch.pending_events))
+
+
+def completed(tmp_path: Path, order: tuple[str, ...] = ("task-s1", "task-s0")) -> Built:
+    """Two children integrated in an order that is not the plan's (LANE-CMP-08)."""
+    built = make_batch(tmp_path, ["task-s0", "task-s1"])
+    for task in order:
+        deliver(built, task)
+    write_documents(built, ["task-s0", "task-s1"])
+    return built
+
+
+def edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def edit_both(built: Built, change: Callable[[dict[str, Any]], None]) -> None:
+    edit_json(state_path(built.root, BATCH), change)
+    edit_json(report_path(built.root, BATCH), change)
+
+
+def code_of(built: Built) -> tuple[str | None, int]:
+    observation = verify_completion(built.root, BATCH)
+    return observation.code, observation.exit_code
+
+
+# ---------------------------------------------------------------- acceptance
+
+
+def test_a_completed_lane_batch_is_accepted_in_commit_order(tmp_path: Path):
+    built = completed(tmp_path)
+    refs, status = all_refs(built.root), porcelain(built.root)
+    STATS.reset()
+    observation = verify_completion(built.root, BATCH)
+    assert observation.complete, observation.message
+    assert observation.exit_code == 0
+    shown = observation.as_json()
+    assert list(shown) == ["contract", "batch_id", "complete", "batch_state", "report_state", "children", "code"]
+    assert shown["contract"] == OBSERVATION_CONTRACT and shown["code"] is None
+    assert (shown["batch_state"], shown["report_state"]) == ("completed", "completed")
+    (s1, c1, run1), (s0, c0, run0) = built.delivered
+    assert shown["children"] == [
+        {"task_id": "task-s1", "run_id": run1, "commit": c1, "parent": built.base},
+        {"task_id": "task-s0", "run_id": run0, "commit": c0, "parent": c1},
+    ]
+    assert STATS.spawns == 4  # branch and HEAD, the log, the blobs, the stability re-read
+    assert (all_refs(built.root), porcelain(built.root)) == (refs, status)
+
+
+def test_released_children_are_accepted(tmp_path: Path):
+    built = completed(tmp_path)
+
+    def release(document: dict[str, Any]) -> None:
+        for child in document["children"]:
+            child["state"] = "released"
+
+    edit_both(built, release)
+    assert code_of(built) == (None, 0)
+
+
+# ---------------------------------------------------------------- the documents (LANE-CMP-09)
+
+
+def test_a_parked_state_is_a_state_report_mismatch(tmp_path: Path):
+    built = make_batch(tmp_path, ["task-s0", "task-s1"])
+    deliver(built, "task-s1")
+    write_documents(built, ["task-s0", "task-s1"], final_state="needs_human")
+    assert code_of(built) == ("state_report_mismatch", 1)
+
+
+def test_a_record_that_contradicts_itself(tmp_path: Path):
+    built = completed(tmp_path)
+    edit_json(state_path(built.root, BATCH), lambda d: d["children"][0].update(state="needs_human", reason="x"))
+    assert code_of(built) == ("state_report_mismatch", 1)
+
+
+def test_report_max_parallel_differs(tmp_path: Path):
+    built = completed(tmp_path)
+    edit_json(report_path(built.root, BATCH), lambda d: d.update(max_parallel=3))
+    assert code_of(built) == ("state_report_mismatch", 1)
+
+
+def test_report_without_handoffs_or_with_a_serial_handoff_is_malformed(tmp_path: Path):
+    built = completed(tmp_path)
+    edit_json(report_path(built.root, BATCH), lambda d: d.pop("handoffs"))
+    assert code_of(built) == ("malformed_report", 2)
+    edit_json(report_path(built.root, BATCH), lambda d: d.update(handoffs=[], handoff={"role": "executor"}))
+    assert code_of(built) == ("malformed_report", 2)
+
+
+def test_a_duplicated_commit(tmp_path: Path):
+    built = completed(tmp_path)
+    edit_both(built, lambda d: d["commits"].append(d["commits"][0]))
+    assert code_of(built) == ("commit_order_mismatch", 1)
+
+
+def test_reversed_commits_and_a_moved_base_break_the_lineage(tmp_path: Path):
+    built = completed(tmp_path)
+    edit_both(built, lambda d: d["commits"].reverse())
+    assert code_of(built) == ("lineage_mismatch", 1)
+    edit_both(built, lambda d: d["commits"].reverse())
+    assert code_of(built) == (None, 0)
+    edit_json(state_path(built.root, BATCH), lambda d: d.update(base_head=built.delivered[0][1]))
+    assert code_of(built) == ("lineage_mismatch", 1)
+
+
+def test_unreadable_inputs(tmp_path: Path):
+    built = completed(tmp_path)
+    assert verify_completion(built.root, "../etc").code == "invalid_input"
+    assert verify_completion(built.root, "batch-unknown").code == "read_failed"
+    edit_json(state_path(built.root, BATCH), lambda d: d.update(contract="assurance_kernel/batch_run_state/v1"))
+    assert code_of(built) == ("read_failed", 2)
+
+
+# ---------------------------------------------------------------- the batch branch
+
+
+def test_a_rewritten_batch_branch(tmp_path: Path):
+    built = completed(tmp_path)
+    run_git(built.root, "commit", "-q", "--amend", "--no-edit", "--allow-empty")
+    observation = verify_completion(built.root, BATCH)
+    assert (observation.code, observation.exit_code) == ("lineage_mismatch", 1)
+    assert "is not the expected batch head" in observation.message
+
+
+def test_a_commit_out_of_integration_order(tmp_path: Path):
+    built = make_batch(tmp_path, ["task-a", "task-b", "task-c"])
+    for task in ("task-a", "task-b", "task-c"):
+        deliver(built, task)
+    built.delivered[0], built.delivered[1] = built.delivered[1], built.delivered[0]
+    write_documents(built, ["task-a", "task-b", "task-c"])
+    observation = verify_completion(built.root, BATCH)
+    assert (observation.code, observation.exit_code) == ("commit_order_mismatch", 1)
+    assert "against the recorded integration order" in observation.message
+
+
+def test_a_missing_audit_pair(tmp_path: Path):
+    built = make_batch(tmp_path, ["task-s0", "task-s1"])
+    deliver(built, "task-s1")
+    deliver(built, "task-s0", pair=False)
+    write_documents(built, ["task-s0", "task-s1"])
+    observation = verify_completion(built.root, BATCH)
+    assert (observation.code, observation.exit_code) == ("missing_commit_evidence", 1)
+    assert "carries no audit pair" in observation.message
+
+
+def amend_last(built: Built, *, message: str | None = None) -> None:
+    """Amend HEAD (staged changes included) and record the amended commit as the last child's."""
+    run_git(built.root, "add", "-A")
+    args = ["commit", "-q", "--amend", "--no-verify"] + (["-m", message] if message else ["--no-edit"])
+    run_git(built.root, *args, env=identity_env())
+    task, _, run_id = built.delivered[-1]
+    built.delivered[-1] = (task, head(built.root), run_id)
+    write_documents(built, ["task-s0", "task-s1"])
+
+
+def test_head_amended_without_the_trailer(tmp_path: Path):
+    built = completed(tmp_path)
+    amend_last(built, message="imm(task-s0): deliver")
+    assert code_of(built) == ("missing_commit_evidence", 1)
+
+
+def test_a_tampered_proof_hash(tmp_path: Path):
+    built = completed(tmp_path)
+    task, _, run_id = built.delivered[-1]
+    proof = Path(built.root) / f".imm/audit/{task}/{run_id}/terminal-proof.json"
+    edit_json(proof, lambda d: d.update(final_record_hash="sha256:" + "1" * 64))
+    amend_last(built)
+    assert code_of(built) == ("wrong_run_evidence", 1)
+
+
+def test_an_extra_file_outside_the_scope(tmp_path: Path):
+    built = completed(tmp_path)
+    write_file(built.root, "other.ts", "export {}\n")
+    amend_last(built)
+    observation = verify_completion(built.root, BATCH)
+    assert (observation.code, observation.exit_code) == ("scope_mismatch", 1)
+    assert "other.ts" in observation.message
+
+
+def test_a_stopped_child(tmp_path: Path):
+    built = make_batch(tmp_path, ["task-s0", "task-s1"])
+    deliver(built, "task-s1")
+    deliver(built, "task-s0", lifecycle="stopped")
+    write_documents(built, ["task-s0", "task-s1"])
+    assert code_of(built) == ("stopped_lifecycle", 1)
+
+
+def test_a_pair_edited_in_the_checkout_after_the_commit(tmp_path: Path):
+    built = completed(tmp_path)
+    task, _, run_id = built.delivered[0]
+    path = Path(built.root) / f".imm/audit/{task}/{run_id}/task-record.json"
+    path.write_text(path.read_text() + " ")
+    assert code_of(built) == ("wrong_run_evidence", 1)
+
+
+def test_a_lane_run_that_is_not_the_committed_one(tmp_path: Path):
+    built = completed(tmp_path)
+    edit_json(state_path(built.root, BATCH), lambda d: d["children"][0]["lane"].update(run_id=f"run-{uuid.uuid4()}"))
+    assert code_of(built) == ("wrong_run_evidence", 1)
+
+
+# ---------------------------------------------------------------- adopted user commits (LANE-LIN-02)
+
+
+def with_user_commit_between(tmp_path: Path, *, recorded: bool) -> Built:
+    built = make_batch(tmp_path, ["task-s0", "task-s1"])
+    first = deliver(built, "task-s0")
+    user = commit_file(built.root, "outside.txt", "by hand\n", "a user commit")
+    if recorded:
+        built.adopted.append((first, user))
+    deliver(built, "task-s1")
+    write_documents(built, ["task-s0", "task-s1"])
+    return built
+
+
+def test_an_adopted_user_commit_between_children_is_accepted(tmp_path: Path):
+    built = with_user_commit_between(tmp_path, recorded=True)
+    observation = verify_completion(built.root, BATCH)
+    assert observation.complete, observation.message
+    user = run_git(built.root, "rev-parse", f"{built.delivered[1][1]}^").stdout.decode().strip()
+    assert user != built.delivered[0][1]
+    assert [child.parent for child in observation.children] == [built.base, user]
+
+
+def test_an_unrecorded_user_commit_between_children(tmp_path: Path):
+    built = with_user_commit_between(tmp_path, recorded=False)
+    assert code_of(built) == ("missing_commit_evidence", 1)
+
+
+def test_an_unrecorded_user_commit_after_the_last_child(tmp_path: Path):
+    built = completed(tmp_path)
+    commit_file(built.root, "outside.txt", "by hand\n", "a user commit")
+    assert code_of(built) == ("lineage_mismatch", 1)
+
+
+def test_an_adopted_user_commit_after_the_last_child_is_accepted(tmp_path: Path):
+    built = make_batch(tmp_path, ["task-s0", "task-s1"])
+    deliver(built, "task-s1")
+    last = deliver(built, "task-s0")
+    built.adopted.append((last, commit_file(built.root, "outside.txt", "by hand\n", "a user commit")))
+    write_documents(built, ["task-s0", "task-s1"])
+    assert code_of(built) == (None, 0)
+
+
+def test_an_adoption_pointing_back_breaks_the_lineage(tmp_path: Path):
+    built = completed(tmp_path)
+    first, last = built.delivered[0][1], built.delivered[1][1]
+    edit_both(built, lambda d: d.setdefault("adopted_heads", []).append({"from": last, "to": first}))
+    assert code_of(built) == ("lineage_mismatch", 1)
+
+
+def test_a_checkout_off_the_batch_branch(tmp_path: Path):
+    built = completed(tmp_path)
+    run_git(built.root, "checkout", "-q", "--detach")
+    observation = verify_completion(built.root, BATCH)
+    assert (observation.code, observation.exit_code) == ("lineage_mismatch", 1)
+    assert "detached" in observation.message
