@@ -29,6 +29,11 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _one_of(value: Any, allowed: frozenset[str]) -> bool:
+    """Membership that refuses any value cleanly, as upstream's `String(state)` lookup does."""
+    return isinstance(value, str) and value in allowed
+
+
 def _non_empty_str(value: Any) -> bool:
     return isinstance(value, str) and value != ""
 
@@ -57,7 +62,7 @@ def validate_record(record: Any, batch_id: str) -> None:
     children = record.get("children")
     if not isinstance(children, list) or not children:
         fail("has no children")
-    if record.get("batch_state") not in BATCH_RUN_STATES:
+    if not _one_of(record.get("batch_state"), BATCH_RUN_STATES):
         fail("has an invalid batch_state")
     max_parallel = record.get("max_parallel")
     if not _is_int(max_parallel) or max_parallel <= 0 or max_parallel > MAX_SAFE_INTEGER:
@@ -116,7 +121,7 @@ def _validate_child(child: Any, fail: Any) -> None:
         fail("has an invalid child entry")
     task = child["task_id"]
     state = child.get("state")
-    if state not in LANE_CHILD_STATES:
+    if not _one_of(state, LANE_CHILD_STATES):
         fail(f"child {task} has an invalid state")
     blocked_by = child.get("blocked_by")
     if not isinstance(blocked_by, list) or any(not isinstance(item, str) for item in blocked_by):
