@@ -11,7 +11,6 @@ its checks allow; the comments say which upstream calls one command stands for.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from typing import Any, Iterable
@@ -20,6 +19,7 @@ import msgspec
 
 from lanes_es.adapters.git import batch_identity_env, git, git_ok
 from lanes_es.domain.ids import is_valid_id
+from lanes_es.domain.jstext import parse_json
 from lanes_es.ports import (
     CoordinatorView,
     GitFailure,
@@ -421,7 +421,7 @@ class GitLanes:
             raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: intent {check.intent_path} of {check.task_id} is "
                                                  f"absent from candidate {candidate}")
         try:
-            return parse_task_intent(json.loads(content.decode("utf-8")))
+            return parse_task_intent(parse_json(content.decode("utf-8")))
         except (ValueError, UnicodeDecodeError) as error:
             raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: intent of {check.task_id} is unreadable in "
                                                  f"candidate {candidate}: {error}") from None
