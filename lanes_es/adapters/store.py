@@ -2,7 +2,7 @@
 
 - default (embedded): SQLite at `<git common dir>/lanes-es/events.sqlite`, shared by
   every worktree of the repository and never part of a working tree;
-- `postgresql://user@host:port/dbname`: PostgreSQL, for coordinators sharing a store;
+- `postgresql://user@host:port/dbname[?schema=NAME]`: PostgreSQL, for coordinators sharing a store;
 - `memory:`: in-process, for unit tests.
 
 Events are stored whole as compact, sorted msgspec JSON. A schema change comes with
@@ -17,7 +17,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -96,7 +96,7 @@ def store_env(url: str) -> dict[str, str]:
             "POSTGRES_PORT": str(parsed.port or 5432),
             "POSTGRES_USER": unquote(parsed.username or "postgres"),
             "POSTGRES_PASSWORD": unquote(parsed.password or ""),
-            "POSTGRES_SCHEMA": "public",
+            "POSTGRES_SCHEMA": parse_qs(parsed.query).get("schema", ["public"])[0],
         })
         return env
     if parsed.scheme == "sqlite":
