@@ -170,8 +170,9 @@ class GitBatch:
             raise PortError("residual unstaged changes cannot be captured by the parent repository: "
                             f"{_listed(status.dirty_submodules)}")
         unstaged = [path for code, path in status.entries if code == "??" or code[1] != " "]
-        if unstaged:
-            git(lane_path, "--literal-pathspecs", "add", "-A", "--", *unstaged)
+        if unstaged:  # paths on stdin: no argv limit, and taken literally
+            git(lane_path, "--literal-pathspecs", "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul",
+                stdin="\0".join(unstaged).encode("utf-8", "surrogateescape"))
         message = commit_message(task_id, settled.goal, batch_id)
         committed = git_ok(lane_path, "commit", "--no-verify", "--quiet", "-F", "-", stdin=message,
                            env=batch_identity_env())
@@ -257,10 +258,10 @@ class GitBatch:
         if not is_valid_id(task_id):
             raise PortError(f"invalid: task id {task_id!r} is not a valid task id")
         active, archived = f"{PLANS_DIR}/{task_id}.intent.json", f"{PLANS_DIR}/archive/{task_id}.intent.json"
-        tracked = self._tracked(root)
+        if intent_path is not None and intent_path not in (active, archived):
+            raise PortError(f"invalid: intent path {intent_path} of {task_id} must be {active} or {archived}")
+        tracked = self._tracked(root, [active, archived] if intent_path is None else [intent_path])
         path = intent_path if intent_path is not None else (active if active in tracked else archived)
-        if path not in (active, archived):
-            raise PortError(f"invalid: intent path {path} of {task_id} must be {active} or {archived}")
         if path not in tracked:
             raise PortError(f"missing: TaskIntent {path} is not tracked")
         data = _read_plain_file(root, path, MAX_INTENT_BYTES)
@@ -272,9 +273,11 @@ class GitBatch:
             raise PortError(f"invalid: TaskIntent {path} names task {intent['task_id']}, not {task_id}")
         return IntentRead(intent=intent, content_hash=canonical_intent_hash(intent), path=path)
 
-    def _tracked(self, root: str) -> set[str]:
-        """Tracked paths under docs/plans: one ls-files per root for this instance."""
-        if root not in self._tracked_plans:
+    def _tracked(self, root: str, wanted: list[str]) -> set[str]:
+        """Tracked paths under docs/plans: one ls-files per root for this instance, listed again only
+        when none of `wanted` is in the list (an integration may have brought it since)."""
+        known = self._tracked_plans.get(root, set())
+        if root not in self._tracked_plans or not any(path in known for path in wanted):
             listed = git_ok(root, "ls-files", "-z", "--full-name", "--", PLANS_DIR)
             if listed.exit_code != 0:
                 raise PortError(f"missing: cannot list tracked intents at {root}: {listed.error_text}")

@@ -393,7 +393,11 @@ class GitLanes:
         for check in checks:
             if not check.intent_path:
                 raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: {check.task_id} has no intent to rerun")
-        tree = CandidateTree.read(request.root, candidate)
+        try:
+            tree = CandidateTree.read(request.root, candidate)
+        except GitFailure as error:
+            raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: the descriptor rerun could not complete: "
+                                                 f"{error}") from None
         intents = [(check.task_id, self._candidate_intent(tree, candidate, check)) for check in checks]
         _require_valid_descriptors(intents)
         failed: list[str] = []

@@ -421,3 +421,23 @@ def test_a_lane_commit_passes_the_guarded_integration(lane_repo, git_batch):
         child=IntegrationChild(task_id="task-a", intent_path="docs/plans/task-a.intent.json"), siblings=[]))
     assert landed == commit == rev(root, f"imm/{SLUG}") == rev(root, LANE_BRANCH)
     assert GitLanes().audit_reachable(root, landed, "task-a")
+
+
+def test_read_intent_lists_again_when_an_intent_was_tracked_since(intent_repo, git_batch):
+    assert git_batch.read_intent(intent_repo, "task-a", None).path == "docs/plans/task-a.intent.json"
+    write_intent(intent_repo, intent_json("task-new"))
+    commit_all(intent_repo, "a new intent lands (an integration)", batch_identity=False)
+    STATS.reset()
+    assert git_batch.read_intent(intent_repo, "task-new", None).intent["task_id"] == "task-new"
+    assert STATS.spawns == 1
+
+
+def test_many_unstaged_paths_are_staged_literally(lane_repo, git_batch):
+    _, lane, base = lane_repo
+    _settle(lane)
+    names = [f"src/many/file-{index:04d}[*].ts" for index in range(300)]
+    for name in names:
+        write_file(lane, name, "x\n")
+    commit = git_batch.commit_child(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())
+    tree = git_out(lane, "ls-tree", "-r", "--name-only", commit)
+    assert all(name in tree for name in names) and porcelain(lane) == ""
