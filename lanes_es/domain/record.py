@@ -86,7 +86,9 @@ def prepared_record(event: ev.BatchPrepared) -> dict[str, Any]:
     if event.revision_delegation is not None:
         record["revision_delegation"] = {"confirmation_time": event.revision_delegation}
     if event.intent_identities:
-        record["intent_identities"] = {task: identity.plain() for task, identity in event.intent_identities.items()}
+        # In plan order: the stored event's map comes back with sorted keys.
+        record["intent_identities"] = {child.task_id: event.intent_identities[child.task_id].plain()
+                                       for child in event.children if child.task_id in event.intent_identities}
     record["created_at"] = event.at
     record["updated_at"] = event.at
     return record
