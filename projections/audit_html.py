@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from html import escape
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from lanes_es.domain import events as ev
 from lanes_es.domain.record import apply_event, prepared_record

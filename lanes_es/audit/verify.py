@@ -1,0 +1,108 @@
+"""`verify`: everything an auditor checks about one batch, as a list of findings.
+
+- the log: the stored rows, the digest chain and each replayed step (`replay`);
+- the projections: the state file and report against their rebuild from the log;
+- for a completed batch, upstream's completion verifier on the batch branch.
+
+A batch verifies only when there is no finding at all. An export is checked on the
+log alone, since the machine that reads it may have neither the store nor the checkout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import msgspec
+
+from lanes_es.domain.validator import InvalidRecord
+from projections.batch import drift, fold_documents
+
+from .chain import ChainBreak
+from .completion import verify_completion
+from .replay import ILLEGAL_TRANSITION, INVALID_RECORD, UNFOLDABLE, Progress, replay
+
+_STEP_RULES = frozenset({ILLEGAL_TRANSITION, INVALID_RECORD, UNFOLDABLE})
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    check: str  # "chain", "replay", "projection" or "completion"
+    version: int | None
+    code: str
+    message: str
+
+    def describe(self) -> str:
+        where = f" version {self.version}" if self.version is not None else ""
+        return f"{self.check}{where}: {self.code}: {self.message}"
+
+
+class VerifyReport(msgspec.Struct, kw_only=True):
+    batch_id: str
+    events: int
+    head: str
+    batch_state: str | None
+    findings: list[Finding]
+    completion: dict[str, Any] | None = None  # upstream's observation, for a completed batch
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def check_log(events: Sequence[Any], row_breaks: Iterable[ChainBreak] = (),
+              progress: Progress | None = None) -> tuple[list[Finding], Any]:
+    """Findings of the rows, the chain and the replayed steps, and the replay itself.
+
+    A version already named by a row check is not named again by the chain.
+    """
+    findings = [Finding(check="chain", version=found.version, code=found.rule, message=found.message)
+                for found in row_breaks]
+    named = {finding.version for finding in findings}
+    result = replay(events, progress=progress)
+    for failure in result.failures:
+        is_step = failure.rule in _STEP_RULES
+        if not is_step and failure.version in named:
+            continue
+        findings.append(Finding(check="replay" if is_step else "chain", version=failure.version, code=failure.rule,
+                                message=failure.message))
+    findings.sort(key=lambda finding: finding.version or 0)
+    return findings, result
+
+
+def verify_batch(batch_id: str, events: Sequence[Any], root: str | Path, row_breaks: Iterable[ChainBreak] = (),
+                 progress: Progress | None = None) -> VerifyReport:
+    findings, result = check_log(events, row_breaks, progress)
+    findings.extend(_projection_findings(root, events))
+    state = result.record["batch_state"] if result.record else None
+    completion = None
+    if state == "completed":
+        observation = verify_completion(root, batch_id)
+        completion = observation.as_json()
+        if not observation.complete:
+            findings.append(Finding(check="completion", version=None, code=observation.code or "incomplete",
+                                    message=observation.message))
+    return VerifyReport(batch_id=batch_id, events=len(events), head=result.head, batch_state=state,
+                        findings=findings, completion=completion)
+
+
+def verify_export_events(events: Sequence[Any], progress: Progress | None = None) -> VerifyReport:
+    findings, result = check_log(events, progress=progress)
+    return VerifyReport(batch_id=result.batch_id, events=len(events), head=result.head,
+                        batch_state=result.record["batch_state"] if result.record else None, findings=findings)
+
+
+def _projection_findings(root: str | Path, events: Sequence[Any]) -> list[Finding]:
+    try:
+        documents = fold_documents(events)
+    except (KeyError, TypeError, ValueError) as error:  # a tampered log may not fold; replay names where
+        return [Finding(check="projection", version=None, code="unfoldable",
+                        message=f"the log does not fold into a record ({error})")]
+    if documents is None:
+        return [Finding(check="projection", version=None, code="no_record",
+                        message="the log has no BatchPrepared, so there is no record to compare")]
+    try:
+        drifted = drift(root, documents)
+    except InvalidRecord as error:
+        return [Finding(check="projection", version=None, code="invalid_record", message=str(error))]
+    return [Finding(check="projection", version=None, code=f"projection_{found.kind}", message=found.describe())
+            for found in drifted]

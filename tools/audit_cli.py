@@ -1,0 +1,270 @@
+"""The audit commands: `replay`, `verify`, `export` and `audit`.
+
+Each command is a function of an open store and the checkout root (so tests call them
+directly); `register` adds thin argparse wrappers that open the store the way the rest
+of the command line does.
+
+Exit codes: 0 when every check holds, 1 when one fails (each failure printed with its
+version or code), 2 for input the command cannot use (an unknown batch, a malformed export).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, TextIO
+
+import msgspec
+
+from lanes_es.audit.chain import chain_head, verify_stored
+from lanes_es.audit.export import ExportError, export_lines, read_export, write_export
+from lanes_es.audit.replay import ReplayRangeError, ReplayResult, TerminalProgress, replay
+from lanes_es.audit.verify import VerifyReport, verify_batch, verify_export_events
+from lanes_es.domain.ids import is_valid_id
+from lanes_es.service import EXIT_INTERNAL, EXIT_OK, ServiceError
+from projections.audit_html import render_audit_html
+from projections.timeline import TimelineRow
+
+EXIT_FAILED = EXIT_INTERNAL  # a check that does not hold: 1, as `rebuild --check` reports drift
+
+
+def register(commands: Any) -> None:
+    command = commands.add_parser(
+        "replay", help="replay a batch's log, checking every step",
+        description="Print the batch's events in order (version, time, event, task, facts) and check each step: the "
+                    "transition is legal from the state before it, the record passes the v2 validator, the digest "
+                    "chain holds. With --at, replay up to that version and print the record as of it.")
+    command.add_argument("batch_id", metavar="BATCH_ID")
+    command.add_argument("--at", type=int, default=None, metavar="VERSION", help="stop at this event version")
+    command.add_argument("--json", action="store_true", help="print steps, failures and the record as JSON")
+    command.set_defaults(func=_replay)
+
+    command = commands.add_parser(
+        "verify", help="verify a batch: chain, projections and, when completed, the batch branch",
+        description="Check the digest chain and print its head, compare the state file and report with their rebuild "
+                    "from the log, and for a completed batch run upstream's completion verification of the batch "
+                    "branch. With --export FILE, check an exported log without the store. Exit 0 only when all hold.")
+    command.add_argument("batch_id", metavar="BATCH_ID", nargs="?")
+    command.add_argument("--export", default=None, metavar="FILE", help="verify an exported log instead")
+    command.add_argument("--json", action="store_true", help="print the findings as JSON")
+    command.set_defaults(func=_verify)
+
+    command = commands.add_parser(
+        "export", help="write a batch's log as JSON Lines",
+        description="Write the batch's events, oldest first, one JSON object per line, so that another machine can "
+                    "run `lanes-es verify --export FILE` or `lanes-es rebuild --from-export FILE` without the store.")
+    command.add_argument("batch_id", metavar="BATCH_ID")
+    command.add_argument("-o", "--output", default=None, metavar="FILE", help="write here instead of stdout")
+    command.set_defaults(func=_export)
+
+    command = commands.add_parser(
+        "audit", help="write a batch's audit page (one self-contained HTML file)",
+        description="Render the batch's log as one HTML page that loads nothing from anywhere: a swimlane per task "
+                    "with its transitions, parks and their reasons, integrations and their commits, tick "
+                    "boundaries, and a table of every event.")
+    command.add_argument("batch_id", metavar="BATCH_ID")
+    command.add_argument("--html", required=True, metavar="FILE", help="the page to write")
+    command.set_defaults(func=_audit)
+
+
+# ---------------------------------------------------------------- argparse wrappers
+
+
+def _open(args: argparse.Namespace) -> tuple[Any, Path]:
+    from tools.compose import locate_repository, open_store
+
+    repository = locate_repository(args.root)
+    return open_store(repository, getattr(args, "store", None)), repository.root
+
+
+def _with_store(args: argparse.Namespace, run: Callable[[Any, Path], int]) -> int:
+    store, root = _open(args)
+    try:
+        return run(store, root)
+    finally:
+        store.close()
+
+
+def _replay(args: argparse.Namespace) -> int:
+    return _with_store(args, lambda store, root: replay_command(store, args.batch_id, args.at, args.json))
+
+
+def _verify(args: argparse.Namespace) -> int:
+    if args.export:
+        if args.batch_id:
+            raise ServiceError("invalid_input", "name a BATCH_ID or --export FILE, not both")
+        return verify_export_command(Path(args.export), args.json)
+    if not args.batch_id:
+        raise ServiceError("invalid_input", "name a BATCH_ID, or --export FILE to verify an exported log")
+    return _with_store(args, lambda store, root: verify_command(store, root, args.batch_id, args.json))
+
+
+def _export(args: argparse.Namespace) -> int:
+    output = Path(args.output) if args.output else None
+    return _with_store(args, lambda store, root: export_command(store, args.batch_id, output))
+
+
+def _audit(args: argparse.Namespace) -> int:
+    return _with_store(args, lambda store, root: audit_command(store, args.batch_id, Path(args.html)))
+
+
+# ---------------------------------------------------------------- reading a batch
+
+
+def load_batch(store: Any, batch_id: str) -> tuple[list[Any], list[Any]]:
+    """The decoded events of a batch and the breaks seen in its stored rows."""
+    if not is_valid_id(batch_id):
+        raise ServiceError("invalid_input", f"{batch_id!r} is not a batch id")
+    rows = store.stored_events(batch_id)
+    if not rows:
+        raise ServiceError("batch_not_found", f"the store has no batch {batch_id}; `lanes-es status SLUG` names "
+                                              f"an Initiative's batch")
+    events, breaks = verify_stored(rows)
+    return events, breaks
+
+
+# ---------------------------------------------------------------- replay
+
+
+def replay_command(store: Any, batch_id: str, at_version: int | None = None, as_json: bool = False,
+                   out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    events, row_breaks = load_batch(store, batch_id)
+    progress = TerminalProgress(stream=err)
+    try:
+        result = replay(events, at_version, progress=progress)
+    except ReplayRangeError as error:
+        raise ServiceError("invalid_input", str(error)) from None
+    finally:
+        progress.finish()
+    failures = [*(_row_failure(found) for found in row_breaks
+                  if at_version is None or found.version <= at_version), *result.failures]
+    if as_json:
+        document = msgspec.to_builtins(result)
+        document["failures"] = failures
+        out.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    else:
+        _print_replay(result, failures, at_version is not None, out)
+    return EXIT_OK if not failures else EXIT_FAILED
+
+
+def _row_failure(found: Any) -> dict[str, Any]:
+    return {"version": found.version, "rule": found.rule, "message": found.message}
+
+
+def _print_replay(result: ReplayResult, failures: list[Any], show_record: bool, out: TextIO) -> None:
+    previous_at = None
+    for step in result.steps:
+        if step.at != previous_at:
+            out.write(f"-- tick {step.at}\n")
+            previous_at = step.at
+        out.write(step_text(step) + "\n")
+    for failure in failures:
+        shown = failure if isinstance(failure, dict) else msgspec.to_builtins(failure)
+        out.write(f"FAIL version {shown['version']}: {shown['rule']}: {shown['message']}\n")
+    if result.checks_stopped_at is not None:
+        out.write(f"(state checks stopped after version {result.checks_stopped_at}: the record after it is not "
+                  f"trustworthy)\n")
+    state = result.record["batch_state"] if result.record else "none"
+    verdict = "every check holds" if not failures else f"{len(failures)} check(s) failed"
+    out.write(f"replayed {len(result.steps)} events of {result.batch_id} to version {result.version}: "
+              f"batch {state}, chain head {result.head}; {verdict}\n")
+    if show_record and result.record is not None:
+        out.write(f"record as of version {result.version}:\n")
+        out.write(json.dumps(result.record, indent=2, ensure_ascii=False) + "\n")
+
+
+def step_text(step: TimelineRow) -> str:
+    transition = f" [{step.transition}]" if step.transition else ""
+    task = f" {step.task_id}" if step.task_id else ""
+    facts = " ".join(f"{name}={_fact(value)}" for name, value in step.facts.items())
+    return f"{step.version:>6}  {step.at}  {step.event}{task}{transition}" + (f"  {facts}" if facts else "")
+
+
+def _fact(value: Any) -> str:
+    if isinstance(value, str):
+        return value if value and " " not in value else json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------- verify
+
+
+def verify_command(store: Any, root: Path, batch_id: str, as_json: bool = False, out: TextIO | None = None,
+                   err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    events, row_breaks = load_batch(store, batch_id)
+    progress = TerminalProgress(stream=err, label="verifying")
+    try:
+        report = verify_batch(batch_id, events, root, row_breaks, progress=progress)
+    finally:
+        progress.finish()
+    _print_verify(report, as_json, out)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def verify_export_command(path: Path, as_json: bool = False, out: TextIO | None = None,
+                          err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    try:
+        events = read_export(path)
+    except ExportError as error:
+        raise ServiceError("invalid_export", str(error)) from None
+    progress = TerminalProgress(stream=err, label="verifying")
+    try:
+        report = verify_export_events(events, progress=progress)
+    finally:
+        progress.finish()
+    _print_verify(report, as_json, out)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _print_verify(report: VerifyReport, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        document = msgspec.to_builtins(report)
+        document["ok"] = report.ok
+        out.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        return
+    out.write(f"batch {report.batch_id}: {report.events} events, state {report.batch_state or 'unknown'}\n")
+    out.write(f"chain head {report.head}\n")
+    for finding in report.findings:
+        out.write(f"FAIL {finding.describe()}\n")
+    if report.completion is not None and report.completion["complete"]:
+        out.write(f"completion: verified {len(report.completion['children'])} children on the batch branch\n")
+    if report.ok:
+        out.write("verified: every check holds\n")
+    else:
+        out.write(f"NOT verified: {len(report.findings)} finding(s)\n")
+
+
+# ---------------------------------------------------------------- export and audit
+
+
+def export_command(store: Any, batch_id: str, output: Path | None, out: BinaryIO | None = None,
+                   err: TextIO | None = None) -> int:
+    """Write the export to `output`, or to `out` (stdout) when no file is named."""
+    events, row_breaks = load_batch(store, batch_id)
+    undecodable = [found for found in row_breaks if found.rule == "undecodable"]
+    if undecodable:
+        raise ServiceError("unreadable_log", f"version {undecodable[0].version} of {batch_id} does not decode, so the "
+                                             f"log cannot be exported whole; `lanes-es verify {batch_id}` shows why")
+    if output is None:
+        stream = out or sys.stdout.buffer
+        for line in export_lines(events):
+            stream.write(line)
+        stream.flush()
+        return EXIT_OK
+    count = write_export(events, output)
+    (err or sys.stderr).write(f"wrote {count} events of {batch_id} to {output} (chain head {chain_head(events)})\n")
+    return EXIT_OK
+
+
+def audit_command(store: Any, batch_id: str, html_path: Path, out: TextIO | None = None) -> int:
+    events, _ = load_batch(store, batch_id)
+    page = render_audit_html(batch_id, events)
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    html_path.write_text(page, encoding="utf-8")
+    (out or sys.stdout).write(f"wrote the audit page of {batch_id} ({len(events)} events) to {html_path}\n")
+    return EXIT_OK
