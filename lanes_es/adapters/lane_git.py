@@ -293,16 +293,19 @@ class GitLanes:
         files a plain error: as a conflict.
         """
         try:
-            candidate = self._prepare_candidate(request)
-            self._rerun_descriptors(request, candidate)
+            candidate, landed_since_base = self._prepare_candidate(request)
+            self._rerun_descriptors(request, candidate, landed_since_base)
             return self._fast_forward(request.root, candidate)
         except IntegrationError:
             raise
         except GitFailure as error:
             raise IntegrationError(CONFLICT, f"{CONFLICT}: {error}") from None
 
-    def _prepare_candidate(self, request: IntegrationRequest) -> str:
-        """The lineage checks (upstream's messages, LANE-INT-04), then the candidate and its identity."""
+    def _prepare_candidate(self, request: IntegrationRequest) -> tuple[str, set[str]]:
+        """The lineage checks (upstream's messages, LANE-INT-04), then the candidate and its identity.
+
+        Also returns the commits that landed on the batch branch since the lane base (`base..head`).
+        """
         root, head, base, lane = request.root, request.batch_head, request.lane_base, request.lane_commit
         current_branch, current_head, parents = self._integration_facts(root, lane)
         if current_branch != request.branch:
@@ -320,14 +323,14 @@ class GitLanes:
             raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
                 f"lane commit {lane} does not descend from lane base {base}"))
         if head == base:
-            return lane  # the lane commit itself: its change is the lane change by definition
-        self._require_merge_base(root, head, base, lane)
+            return lane, set()  # the lane commit itself: its change is the lane change by definition
+        landed_since_base = self._landed_since_base(root, head, base, lane)
         candidate = self._build_candidate(root, head, base, lane)
         lane_change, candidate_change = change_identities(root, [(base, lane), (head, candidate)])
         if lane_change != candidate_change:
             raise IntegrationError(CONFLICT, f"{CONFLICT}: candidate {candidate} does not carry the lane commit "
                                              f"{lane} change")
-        return candidate
+        return candidate, landed_since_base
 
     @staticmethod
     def _integration_facts(root: str, lane: str) -> tuple[str | None, str | None, list[str] | None]:
@@ -342,16 +345,20 @@ class GitLanes:
         return current_branch, current_head, parents.text.split() if parents.exit_code == 0 else None
 
     @staticmethod
-    def _require_merge_base(root: str, head: str, base: str, lane: str) -> None:
-        """`merge-base head lane` must be the lane base: that also proves base is an ancestor of head.
+    def _landed_since_base(root: str, head: str, base: str, lane: str) -> set[str]:
+        """Prove `merge-base head lane` is the lane base, and list `base..head`, in one rev-list.
 
-        The lane commit's single parent is the base, so the merge bases are {base} when
-        base is an ancestor of head, {lane} when the lane commit is already in head.
+        `rev-list --left-right lane...head` lists on the left what the lane commit has and
+        head lacks, on the right what head has and the lane commit lacks. The lane commit's
+        single parent is the base, so the left side is exactly [lane] when the base is an
+        ancestor of head (the merge base is then the base), empty when the lane commit is
+        already in head, and holds the base otherwise; the right side is then `base..head`.
         """
-        bases = git_ok(root, "merge-base", "--all", head, lane).text.split()
-        if bases == [base]:
-            return
-        if bases == [lane]:
+        listed = git(root, "rev-list", "--left-right", f"{lane}...{head}").text.split()
+        left = [line[1:] for line in listed if line.startswith("<")]
+        if left == [lane]:
+            return {line[1:] for line in listed if line.startswith(">")}
+        if not left:
             raise IntegrationError(CONFLICT, f"{CONFLICT}: lane commit {lane} is already in batch head {head}; a "
                                              f"candidate would not carry the lane commit {lane} change")
         raise IntegrationError(LINEAGE_BROKEN, lineage_broken(f"lane base {base} is not an ancestor of batch head "
@@ -387,9 +394,11 @@ class GitLanes:
             cls._merge_tree_has_merge_base = b"--merge-base" in usage.stdout + usage.stderr
         return cls._merge_tree_has_merge_base
 
-    def _rerun_descriptors(self, request: IntegrationRequest, candidate: str) -> None:
-        """contracts §9.7: the child's and each qualifying sibling's acceptance, on the candidate tree."""
-        checks = [request.child, *self._siblings_to_check(request)]
+    def _rerun_descriptors(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str]) -> None:
+        """contracts §9.7: the acceptance of the child and of each integrated sibling whose commit
+        landed after this Lane's base, run on the candidate tree."""
+        siblings = [sibling for sibling in request.siblings if sibling.commit and sibling.commit in landed_since_base]
+        checks = [request.child, *siblings]
         for check in checks:
             if not check.intent_path:
                 raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: {check.task_id} has no intent to rerun")
@@ -406,15 +415,6 @@ class GitLanes:
         if failed:
             raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: {', '.join(failed)} failed on candidate "
                                                  f"{candidate}")
-
-    @staticmethod
-    def _siblings_to_check(request: IntegrationRequest) -> list[IntegrationChild]:
-        """Integrated siblings whose commit landed after this Lane's base (`rev-list base..head`)."""
-        with_commit = [sibling for sibling in request.siblings if sibling.commit]
-        if not with_commit or request.batch_head == request.lane_base:
-            return []
-        since = set(git(request.root, "rev-list", f"{request.lane_base}..{request.batch_head}").text.split())
-        return [sibling for sibling in with_commit if sibling.commit in since]
 
     @staticmethod
     def _candidate_intent(tree: "CandidateTree", candidate: str, check: IntegrationChild) -> dict[str, Any]:

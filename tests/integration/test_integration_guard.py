@@ -377,3 +377,24 @@ def test_a_failing_descriptor_names_every_failed_item(tmp_path, repo, lanes):
     _, base, lane_commit = _deliver(repo, tmp_path, "task-c", {"task-c.txt": "c\n"})
     error = _refused(lanes, _request(repo, "task-c", base, lane_commit))
     assert str(error) == f"batch_integration_check_failed: task-c:A2, task-c:A3 failed on candidate {lane_commit}"
+
+
+def test_a_lane_commit_already_on_the_batch_branch_is_a_conflict(tmp_path, repo, lanes):
+    _, base, lane_commit = _deliver(repo, tmp_path, "task-a", {"a.txt": "a\n"})
+    run_git(repo, "merge", "-q", "--ff-only", lane_commit)
+    commit_file(repo, "later.txt", "later\n", "later work")
+    error = _refused(lanes, _request(repo, "task-a", base, lane_commit))
+    assert error.reason == "batch_integration_conflict" and "is already in batch head" in str(error)
+
+
+def test_a_replay_with_a_sibling_to_rerun_costs_at_most_ten_spawns(tmp_path, repo, lanes):
+    _, base, lane_commit = _deliver(repo, tmp_path, "task-a", {"b.txt": "b\n"})
+    sibling = commit_file(repo, "shared.txt", "s\n", batch_message("task-s", BATCH))
+    lanes.integrate(_request(repo, "task-a", base, lane_commit, siblings=[  # warms the merge-tree capability probe
+        IntegrationChild(task_id="task-s", intent_path=intent_path("task-s"), commit=sibling)]))
+    _, base2, second = _deliver(repo, tmp_path, "task-d", {"task-d.txt": "d\n"})
+    moved = commit_file(repo, "shared.txt", "s2\n", batch_message("task-s", BATCH))
+    STATS.reset()
+    lanes.integrate(_request(repo, "task-d", base2, second, siblings=[
+        IntegrationChild(task_id="task-s", intent_path=intent_path("task-s"), commit=moved)]))
+    assert STATS.spawns <= 10
