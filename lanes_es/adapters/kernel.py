@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import msgspec
 
+from lanes_es.adapters.batch_git import SettledEvidence
 from lanes_es.adapters.git import git_ok
 from lanes_es.adapters.qa import Finding, Verdict, run_acceptance_on_worktree
 from lanes_es.domain.audit_pair import (
@@ -230,10 +231,8 @@ class ReferenceKernel:
             return self._rework_after_review(store, record)
         return self._run_qa(store, lane_path, record)
 
-    def settled_evidence(self, lane_path: str, task_id: str) -> Any:
-        """The settled run the lane commit carries (a batch_git.SettledEvidence); KernelError when not done."""
-        from lanes_es.adapters.batch_git import SettledEvidence  # the git engineer owns the value
-
+    def settled_evidence(self, lane_path: str, task_id: str) -> SettledEvidence:
+        """The settled run the lane commit carries; KernelError when the task is not done."""
         _check_task_id(task_id)
         record = LaneStore(lane_path).read_record(task_id)
         if record is None:

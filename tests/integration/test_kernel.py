@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from lanes_es.adapters.batch_git import GitBatch, SettledEvidence
 from lanes_es.adapters.git import STATS
 from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.domain import events as ev
@@ -25,6 +26,7 @@ from tests.gitfixtures import (
     checkout_batch_branch,
     commit_all,
     commit_file,
+    git_out,
     head,
     intent_json,
     make_repo,
@@ -359,6 +361,39 @@ def test_a_completed_task_whose_audit_pair_was_lost_gets_it_back_byte_for_byte(w
     proof.unlink()
     assert world.kernel.advance_task(lane, "task-a").state == "completed"
     assert proof.read_bytes() == original
+
+
+# ---------------------------------------------------------------- settled evidence and the lane commit
+
+
+def test_settled_evidence_names_the_done_run_and_its_audit_pair(world):
+    lane = world.enroll("task-a")
+    with pytest.raises(KernelError, match=r"^cannot commit child task-a: task is not settled done \(lifecycle is "
+                                          r"active\)$"):
+        world.kernel.settled_evidence(lane, "task-a")
+    with pytest.raises(KernelError, match=r"\(no settled run\)$"):
+        world.kernel.settled_evidence(lane, "task-b")
+    world.kernel.submit(lane)
+    world.kernel.advance_task(lane, "task-a")
+    evidence = world.kernel.settled_evidence(lane, "task-a")
+    run_id = world.kernel.project_task(lane, "task-a").run_id
+    assert evidence == SettledEvidence(task_id="task-a", run_id=run_id, lifecycle="done", goal="Deliver task-a",
+                                       scope_hint=["a.txt"], record_path=f".imm/audit/task-a/{run_id}/task-record.json",
+                                       proof_path=f".imm/audit/task-a/{run_id}/terminal-proof.json")
+
+
+def test_the_lane_commit_carries_the_kernels_audit_pair(world):
+    lane = world.enroll("task-a")
+    write_file(lane, "a.txt", "a\n")
+    world.kernel.submit(lane)
+    world.kernel.advance_task(lane, "task-a")
+    evidence = world.kernel.settled_evidence(lane, "task-a")
+
+    commit = GitBatch().commit_child(lane, "task-a", BATCH, world.base, f"imm-lane/{SLUG}/task-a", evidence)
+
+    committed = git_out(lane, "diff-tree", "--no-commit-id", "--name-only", "-r", commit).splitlines()
+    assert sorted(committed) == sorted(["a.txt", evidence.record_path, evidence.proof_path])
+    assert world.kernel.read_tombstone(lane, "task-a").terminal_lifecycle == "done"
 
 
 # ---------------------------------------------------------------- unreadable stores
