@@ -52,12 +52,9 @@ MARKER_COLOURS = {
 OTHER_MARKER = "#777777"
 
 
-class _Escaped(str):
-    """Text already escaped for HTML; everything else passes through `escape` on its way in."""
-
-
 def _text(value: Any) -> str:
-    return value if isinstance(value, _Escaped) else escape(str(value), quote=True)
+    """Every piece of text on its way into the page, log text or not."""
+    return escape(str(value), quote=True)
 
 
 def render_audit_html(batch_id: str, events: Sequence[Any]) -> str:

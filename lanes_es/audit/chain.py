@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import msgspec
 from eventsourcing.persistence import StoredEvent
 
+from lanes_es.adapters.store import NullTranscoder, StructMapper
 from lanes_es.domain.events import chain_digest
 
 FIRST_VERSION = 1
@@ -126,8 +127,6 @@ def verify_rows(rows: Sequence[StoredEvent], events: Sequence[Any | None]) -> li
 
 def decode_rows(rows: Iterable[StoredEvent]) -> tuple[list[StoredEvent], list[Any | None], list[ChainBreak]]:
     """Decode each row with the store's own mapper; a row that does not decode is a break, not a crash."""
-    from lanes_es.adapters.store import NullTranscoder, StructMapper
-
     mapper = StructMapper(NullTranscoder())
     kept = list(rows)
     events: list[Any | None] = []

@@ -53,6 +53,7 @@ EXIT_TWO_CODES = frozenset({INVALID_INPUT, READ_FAILED, MALFORMED_REPORT})
 # The verifier requires upstream's minted form, run-<uuid>.
 VERIFIER_RUN_ID = re.compile(r"^run-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 TRAILER_KEY = "Immune-Brain-Batch"
+_COMMIT_ID = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
 _RECORD_START = re.compile(r"^\x1e([0-9a-f]{40}|[0-9a-f]{64})$")
 _LOG_FORMAT = f"--format=%x1e%H%x00%P%x00%an%x00%ae%x00%(trailers:key={TRAILER_KEY},valueonly)%x00%s%x00"
 
@@ -257,6 +258,8 @@ class _Commit:
 
 def _first_parent_line(root: str, base_head: str, head: str) -> list[_Commit]:
     """Every commit from just after `base_head` to `head`, oldest first, with the paths each changed."""
+    if _COMMIT_ID.fullmatch(base_head) is None:  # also keeps a hostile record from passing git an option
+        raise Refused(LINEAGE_MISMATCH, f"base_head {base_head!r} is not a commit id")
     result = git_ok(root, "log", "--first-parent", "--ancestry-path", "--reverse", "--no-renames", "-z",
                     "--name-only", _LOG_FORMAT, f"{base_head}..{head}", "--")
     if result.exit_code != 0:

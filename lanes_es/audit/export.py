@@ -16,6 +16,7 @@ import msgspec
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic, resolve_topic
 
+from lanes_es.adapters.store import NullTranscoder, StructMapper
 from lanes_es.domain import events as ev
 from projections.batch import fold_documents, materialize
 
@@ -69,8 +70,6 @@ def parse_export(data: bytes, name: str = "export") -> list[Any]:
         raise ExportError(f"{name} holds no events")
     if not data.endswith(b"\n"):
         raise ExportError(f"{name} does not end with a newline: the file is truncated")
-    from lanes_es.adapters.store import NullTranscoder, StructMapper
-
     mapper = StructMapper(NullTranscoder())
     events: list[Any] = []
     for number, line in enumerate(data[:-1].split(b"\n"), start=1):

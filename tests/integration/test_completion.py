@@ -261,3 +261,11 @@ def test_a_checkout_off_the_batch_branch(tmp_path: Path):
     observation = verify_completion(built.root, BATCH)
     assert (observation.code, observation.exit_code) == ("lineage_mismatch", 1)
     assert "detached" in observation.message
+
+
+def test_a_hostile_base_head_never_reaches_git_as_an_option(tmp_path: Path):
+    built = completed(tmp_path)
+    target = tmp_path / "written-by-git"
+    edit_json(state_path(built.root, BATCH), lambda d: d.update(base_head=f"--output={target}"))
+    assert code_of(built) == ("lineage_mismatch", 1)
+    assert not target.exists()
