@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import sh
 
@@ -38,6 +38,10 @@ class SpawnStats:
 
 
 STATS = SpawnStats()
+
+# Called with the git arguments after every spawn, whatever its outcome. Tests use it to
+# inject a crash right after a git command took effect; nothing in the engine registers one.
+SPAWN_OBSERVERS: list[Callable[[tuple[str, ...]], None]] = []
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,8 @@ def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | st
         raise GitFailure("git is not installed or not on PATH") from None
     finally:
         STATS.seconds += time.perf_counter() - started
+        for observer in SPAWN_OBSERVERS:
+            observer(args)
 
 
 def git_ok(root: str, *args: str, **options: object) -> GitResult:
