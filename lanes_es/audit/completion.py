@@ -297,8 +297,15 @@ def _cat_blobs(root: str, specs: list[str]) -> dict[str, bytes | None]:
     result = git_ok(root, "cat-file", "--batch", stdin="".join(f"{spec}\n" for spec in specs).encode())
     if result.exit_code != 0:
         raise Refused(READ_FAILED, f"git cat-file failed: {result.error_text}")
+    try:
+        return _parse_batch_output(result.stdout, specs)
+    except ValueError:
+        raise Refused(READ_FAILED, "git cat-file printed something that is not its batch output") from None
+
+
+def _parse_batch_output(data: bytes, specs: list[str]) -> dict[str, bytes | None]:
+    """`<oid> blob <size>\\n<bytes>\\n` per found object, `<spec> missing\\n` otherwise, in request order."""
     blobs: dict[str, bytes | None] = {}
-    data = result.stdout
     offset = 0
     for spec in specs:
         end = data.index(b"\n", offset)
