@@ -1,0 +1,554 @@
+"""`lanes-es mcp`: upstream's batch tools for an agent host, over MCP on stdio.
+
+Tools (contracts §11.1):
+- `start_unattended_batch`: one tick of the Initiative's lane batch, with upstream's input
+  schema (initiative_slug, max_parallel, lane_offers, final_verification, lane_instruction,
+  lane_revision). Arguments are parsed with upstream's limits and messages before any gate
+  opens or anything is written. Without a valid authorization the confirmation facts are put
+  to the user through MCP form elicitation (a `confirm` boolean and upstream's
+  `delegate_in_lane_revisions`, default false); a client that cannot elicit gets the facts
+  back with a refusal naming the `lanes-es authorize` command that confirms them.
+- `retire_stale_batch`: the active batch becomes `superseded`, after the same kind of gate.
+- `batch_status`, `batch_timeline`: read-only views of a batch's record and event log.
+
+Every result is a JSON object, as structured content and as text: `state` (`started`,
+`retired`, `status`, `timeline`, or `rejected` / `blocked` / `cancelled` with `reason_key`,
+`reason` and `recovery_action`). A result whose state is not what the call asked for is
+flagged `isError`. The MCP Python SDK 2.x is the `mcp` extra: `pip install 'lanes-es[mcp]'`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import shlex
+from dataclasses import dataclass, replace
+from typing import Any
+
+import msgspec
+
+from lanes_es.adapters.store import StoreConflict
+from lanes_es.domain.inputs import (
+    InvalidInput, parse_final_verification, parse_lane_instruction, parse_lane_offers, parse_lane_revision,
+    parse_max_parallel, resolve_lane_parallel,
+)
+from lanes_es.domain.record import IN_FLIGHT, is_terminal
+from lanes_es.service import Confirmation, LanesService, ServiceError
+from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
+from projections.timeline import timeline
+from tools.autopilot import (
+    REVISION_DELEGATION_TEXT, authorization_needed, confirmation_text, facts_digest, recorded_max_parallel,
+)
+
+SERVER_NAME = "lanes-es"
+START, RETIRE, STATUS, TIMELINE = "start_unattended_batch", "retire_stale_batch", "batch_status", "batch_timeline"
+CONFIRM_KEY = "confirm_batch"
+RETIRE_KEY = "confirm_retire"
+BLOCKED = frozenset({"stale_batch_in_flight", "claim_already_active", "batch_state_unreadable",
+                     "claim_appeared_during_confirmation", "store_busy"})
+CANCELLED = frozenset({"confirmation_cancelled", "cancelled_before_execution"})
+CORRECT_ARGUMENTS = "Correct the arguments and call {tool} again."
+
+INSTRUCTIONS = """\
+lanes-es runs an Initiative's tasks in parallel git worktrees (Lanes) and integrates each onto
+the batch branch imm/<slug> under guard. Drive a batch by calling start_unattended_batch
+repeatedly for the same initiative_slug: the first call (with max_parallel) confirms the batch
+with the user and ticks; each report lists handoffs. Provision handoffs: make a worktree
+`git worktree add -b <lane_branch> <dir> <base_head>` and pass it in lane_offers on the next
+call. Executor handoffs: run the task's Executor in that Lane (it ends with `lanes-es task
+submit`), then call again. Release handoffs: remove the clean Lane. Coordinator handoffs: send
+one correction as lane_instruction kind "correction". batch_status and batch_timeline read the
+batch without changing it."""
+
+SLUG_SCHEMA = {"type": "string", "description": "the Initiative: docs/initiatives/<slug>.md in the coordinator"}
+BATCH_ID_SCHEMA = {"type": "string", "description": "one of the Initiative's batch ids (default: its active or latest batch)"}
+
+START_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "initiative_slug": SLUG_SCHEMA,
+        "max_parallel": {"type": "integer", "minimum": 1,
+                         "description": "Lanes in flight at once; required to start, optional to resume"},
+        "lane_offers": {
+            "type": "array",
+            "description": "Lanes made for provision handoffs: absolute worktree paths",
+            "items": {"type": "object", "properties": {"task_id": {"type": "string"}, "path": {"type": "string"}},
+                      "required": ["task_id", "path"], "additionalProperties": False},
+        },
+        "final_verification": {"type": "array", "minItems": 1, "maxItems": 8, "items": {"type": "string"},
+                               "description": "plain-argv commands run on the batch branch before completion"},
+        "lane_instruction": {
+            "type": "object",
+            "description": "an instruction, or a coordinator's correction, for one Lane's Executor",
+            "properties": {"task_id": {"type": "string"}, "kind": {"type": "string", "enum": ["instruction", "correction"]},
+                           "text": {"type": "string"},
+                           "session_state": {"type": "string", "enum": ["idle", "working", "blocked", "done"]}},
+            "required": ["task_id", "text", "session_state"],
+            "additionalProperties": False,
+        },
+        "lane_revision": {
+            "type": "object",
+            "description": "a breaking TaskIntent revision for one Lane, under the delegation the user granted",
+            "properties": {"task_id": {"type": "string"}, "next_intent": {"type": "object"}},
+            "required": ["task_id", "next_intent"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["initiative_slug"],
+}
+SLUG_ONLY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"initiative_slug": SLUG_SCHEMA},
+                                    "required": ["initiative_slug"]}
+READ_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"initiative_slug": SLUG_SCHEMA, "batch_id": BATCH_ID_SCHEMA},
+                               "required": ["initiative_slug"]}
+
+TOOL_DESCRIPTIONS = {
+    START: "Run one tick of the Initiative's unattended lane batch and return its report with handoffs. Starts "
+           "the batch after the user confirms it (asked through elicitation), and resumes it on later calls.",
+    RETIRE: "Retire the Initiative's stale active batch (it becomes superseded) after the user confirms; refused "
+            "while a child is in flight.",
+    STATUS: "Read the current record of the Initiative's batch (read-only).",
+    TIMELINE: "Read the events of the Initiative's batch as timeline rows, oldest first (read-only).",
+}
+
+
+# ---------------------------------------------------------------- outcomes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    payload: dict[str, Any]
+    is_error: bool = False
+
+
+def refusal(code: str, reason: str, recovery: str, **extra: Any) -> Outcome:
+    state = "blocked" if code in BLOCKED else "cancelled" if code in CANCELLED else "rejected"
+    return Outcome({"state": state, "reason_key": code, "reason": reason, "recovery_action": recovery, **extra},
+                   is_error=True)
+
+
+def _recovery_of(error: ServiceError, tool: str) -> str:
+    """ServiceError messages end with what to do after '; ' when they say it; else the generic advice."""
+    _, sep, advice = error.detail.rpartition("; ")
+    return f"{advice}, then call {tool} again." if sep and advice else CORRECT_ARGUMENTS.format(tool=tool)
+
+
+@dataclass(frozen=True)
+class StartArgs:
+    slug: str
+    max_parallel: int | None
+    offers: list[LaneOfferInput] | None
+    instruction: InstructionInput | None
+    revision: RevisionInput | None
+    final_verification: list[str] | None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The user's answer to a gate: accept (with the form's content), decline or cancel."""
+
+    action: str
+    content: dict[str, Any]
+
+    @property
+    def confirmed(self) -> bool:
+        return self.action == "accept" and self.content.get("confirm") is True
+
+
+# ---------------------------------------------------------------- the tools, without MCP
+
+
+class BatchTools:
+    """What each tool does, synchronously, over the service; the MCP layer adds the gate."""
+
+    def __init__(self, service: LanesService) -> None:
+        self.service = service
+
+    # ------------------------------------------------------------ start_unattended_batch
+
+    def parse_start(self, arguments: dict[str, Any]) -> StartArgs:
+        """Upstream's order: lane_offers, then max_parallel (resolved against the recorded batch), then the rest."""
+        slug = _slug_argument(arguments)
+        offers = parse_lane_offers(arguments.get("lane_offers"))
+        max_parallel = parse_max_parallel(arguments.get("max_parallel"))
+        instruction = parse_lane_instruction(arguments.get("lane_instruction"))
+        revision = parse_lane_revision(arguments.get("lane_revision"))
+        final = parse_final_verification(arguments.get("final_verification"))
+        self.service.initiative(slug)  # the slug's own refusal, still before anything is written
+        max_parallel = resolve_lane_parallel(max_parallel, offers is not None,
+                                             instruction is not None or revision is not None,
+                                             recorded_max_parallel(self.service, slug))
+        return StartArgs(
+            slug=slug, max_parallel=max_parallel,
+            offers=None if offers is None else [LaneOfferInput(task_id=o.task_id, path=o.path) for o in offers],
+            instruction=None if instruction is None else InstructionInput(
+                task_id=instruction.task_id, kind=instruction.kind, text=instruction.text,
+                session_state=instruction.session_state),
+            revision=None if revision is None else RevisionInput(task_id=revision.task_id,
+                                                                 next_intent=revision.next_intent),
+            final_verification=final)
+
+    def needs_confirmation(self, args: StartArgs) -> bool:
+        return authorization_needed(self.service, args.slug)
+
+    def confirmation(self, args: StartArgs, batch_id: str | None = None) -> Confirmation:
+        confirmation = self.service.confirmation(args.slug, max_parallel=args.max_parallel,
+                                                 final_verification=args.final_verification)
+        if batch_id is not None and not confirmation.resumes and batch_id.startswith(f"batch-{args.slug}-"):
+            confirmation = replace(confirmation, batch_id=batch_id)  # the id the user was shown
+        return confirmation
+
+    def authorize_command(self, args: StartArgs) -> str:
+        words = ["lanes-es", "--root", self.service.root, "authorize", args.slug]
+        if args.max_parallel is not None:
+            words += ["--max-parallel", str(args.max_parallel)]
+        for command in args.final_verification or []:
+            words += ["--final-verification", command]
+        return shlex.join(words + ["--yes"])
+
+    def no_gate(self, args: StartArgs, facts: dict[str, Any], why: str) -> Outcome:
+        return refusal(
+            "confirmation_port_unavailable",
+            f"{why}; the batch needs the user's confirmation of the facts below and nothing was written",
+            f"Show the user the confirmation facts; if they confirm, run `{self.authorize_command(args)}` in the "
+            f"coordinator (add --delegate-revisions only if they also delegate in-Lane Intent revisions), then call "
+            f"{START} again.", confirmation=facts)
+
+    def tick(self, args: StartArgs, confirmed: dict[str, Any] | None = None) -> Outcome:
+        try:
+            result = self.service.tick(args.slug, max_parallel=args.max_parallel, offers=args.offers,
+                                       instruction=args.instruction, revision=args.revision)
+        except StoreConflict as error:
+            return refusal("store_busy", str(error), f"Let the other tick of this batch end, then call {START} again.")
+        report = result.report
+        extra: dict[str, Any] = {"confirmed": confirmed} if confirmed else {}
+        if result.drift:
+            extra["drift_repaired"] = result.drift
+        if report["batch_state"] == "rejected":
+            return Outcome({"state": "rejected", "reason_key": "batch_run_rejected", "reason": report.get("reason") or "",
+                            "recovery_action": report["next_action"], "batch_id": result.batch_id, "report": report,
+                            **extra}, is_error=True)
+        return Outcome({"state": "started", "batch_id": result.batch_id, "report": report, **extra})
+
+    def authorize_and_tick(self, args: StartArgs, confirmation: Confirmation, answer: Answer) -> Outcome:
+        delegate = answer.content.get("delegate_in_lane_revisions") is True
+        authorization = self.service.authorize(replace(confirmation, delegate_revisions=delegate))
+        return self.tick(args, {"batch_id": authorization.batch_id, "confirmation_time": authorization.confirmation_time,
+                                "delegate_revisions": delegate})
+
+    # ------------------------------------------------------------ retire_stale_batch
+
+    def retire_target(self, arguments: dict[str, Any]) -> tuple[str, str]:
+        """(slug, batch id) to retire; every refusal comes here, before the gate opens."""
+        slug = _slug_argument(arguments)
+        initiative = self.service.initiative(slug)
+        current = initiative.current if initiative else None
+        if current is None:
+            raise ServiceError("stale_batch_absent", f"Initiative {slug} has no active batch to retire")
+        batch = self.service.store.batch(current.batch_id)
+        if batch is not None and is_terminal(batch.batch_state):
+            raise ServiceError("stale_batch_absent", f"batch {batch.id} has already reached a terminal state "
+                                                     f"({batch.batch_state})")
+        if batch is not None and batch.children_in(*IN_FLIGHT):
+            raise ServiceError("stale_batch_in_flight",
+                               f"batch run state {batch.id} is {batch.batch_state} but a child is still mid-flight; "
+                               f"settle or stop the in-flight child (tick until its Lane settles) before retiring")
+        return slug, current.batch_id
+
+    def retire(self, slug: str) -> Outcome:
+        report = self.service.retire(slug)
+        return Outcome({"state": "retired", "batch_id": report["batch_id"], "report": report})
+
+    # ------------------------------------------------------------ reading
+
+    def status(self, arguments: dict[str, Any]) -> Outcome:
+        slug, batch_id = self._batch_of(arguments)
+        batch = self.service.store.batch(batch_id)
+        valid = not authorization_needed(self.service, slug)
+        if batch is None:
+            return Outcome({"state": "status", "initiative_slug": slug, "batch_id": batch_id, "batch_state": None,
+                            "authorization_valid": valid, "record": None, "report": None})
+        return Outcome({"state": "status", "initiative_slug": slug, "batch_id": batch_id,
+                        "batch_state": batch.batch_state, "authorization_valid": valid, "record": batch.record,
+                        "report": batch.report})
+
+    def timeline(self, arguments: dict[str, Any]) -> Outcome:
+        slug, batch_id = self._batch_of(arguments)
+        rows = [msgspec.to_builtins(row) for row in timeline(self.service.store.events(batch_id))]
+        return Outcome({"state": "timeline", "initiative_slug": slug, "batch_id": batch_id, "rows": rows})
+
+    def _batch_of(self, arguments: dict[str, Any]) -> tuple[str, str]:
+        slug = _slug_argument(arguments)
+        initiative = self.service.initiative(slug)
+        batch_ids = initiative.batch_ids() if initiative else []
+        if not batch_ids:
+            raise ServiceError("batch_not_found", f"Initiative {slug} has no batch yet; call {START} with "
+                                                  f"max_parallel to confirm and start one")
+        wanted = arguments.get("batch_id")
+        if wanted is None:
+            current = initiative.current if initiative else None
+            return slug, current.batch_id if current else batch_ids[-1]
+        if not isinstance(wanted, str) or wanted not in batch_ids:
+            raise ServiceError("batch_not_found", f"{wanted!r} is not a batch of Initiative {slug}; its batches: "
+                                                  f"{', '.join(batch_ids)}")
+        return slug, wanted
+
+
+def _slug_argument(arguments: dict[str, Any]) -> str:
+    slug = arguments.get("initiative_slug")
+    if not isinstance(slug, str):
+        raise InvalidInput("invalid initiative_slug: expected a string")
+    return slug
+
+
+# ---------------------------------------------------------------- the gate, over MCP
+
+
+def confirm_schema(with_delegation: bool) -> dict[str, Any]:
+    """upstream's LANE-DEL-01 form: one delegation boolean, default false, beside the confirmation itself."""
+    properties: dict[str, Any] = {
+        "confirm": {"type": "boolean", "title": "Confirm", "default": False,
+                    "description": "Yes, I am the user and I confirm these facts."},
+    }
+    if with_delegation:
+        properties["delegate_in_lane_revisions"] = {
+            "type": "boolean", "title": "Delegate in-Lane Intent revisions", "default": False,
+            "description": REVISION_DELEGATION_TEXT}
+    return {"type": "object", "properties": properties, "required": ["confirm"]}
+
+
+class StateSeal:
+    """The multi-round `request_state` comes back from the client: it is signed so it cannot be forged."""
+
+    def __init__(self, key: bytes | None = None) -> None:
+        self.key = key or secrets.token_bytes(32)
+
+    def seal(self, value: dict[str, Any]) -> str:
+        body = base64.urlsafe_b64encode(json.dumps(value, sort_keys=True).encode()).decode()
+        return f"{body}.{self._mac(body)}"
+
+    def open(self, token: str | None) -> dict[str, Any] | None:
+        if not token or "." not in token:
+            return None
+        body, mac = token.rsplit(".", 1)
+        if not hmac.compare_digest(mac, self._mac(body)):
+            return None
+        try:
+            value = json.loads(base64.urlsafe_b64decode(body.encode()))
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _mac(self, body: str) -> str:
+        return hmac.new(self.key, body.encode(), hashlib.sha256).hexdigest()
+
+
+class McpBatchServer:
+    """The MCP layer: tool listing, argument dispatch and the user's gate (elicitation)."""
+
+    def __init__(self, service: LanesService, seal: StateSeal | None = None) -> None:
+        self.tools = BatchTools(service)
+        self.seal = seal or StateSeal()
+
+    def tool_list(self) -> list[Any]:
+        import mcp_types as types
+
+        def tool(name: str, schema: dict[str, Any], **hints: bool) -> Any:
+            return types.Tool(name=name, description=TOOL_DESCRIPTIONS[name], input_schema=schema,
+                              annotations=types.ToolAnnotations(**hints))
+
+        return [tool(START, START_SCHEMA, read_only_hint=False, destructive_hint=False),
+                tool(RETIRE, SLUG_ONLY_SCHEMA, read_only_hint=False, destructive_hint=True),
+                tool(STATUS, READ_SCHEMA, read_only_hint=True),
+                tool(TIMELINE, READ_SCHEMA, read_only_hint=True)]
+
+    async def list_tools(self, ctx: Any, params: Any) -> Any:
+        import mcp_types as types
+
+        return types.ListToolsResult(tools=self.tool_list())
+
+    async def call_tool(self, ctx: Any, params: Any) -> Any:
+        name, arguments = params.name, params.arguments
+        try:
+            if not isinstance(arguments, dict):
+                raise InvalidInput(f"invalid arguments: {name} takes an object")
+            if name == START:
+                outcome = await self.start(ctx, params, arguments)
+            elif name == RETIRE:
+                outcome = await self.retire(ctx, params, arguments)
+            elif name == STATUS:
+                outcome = self.tools.status(arguments)
+            elif name == TIMELINE:
+                outcome = self.tools.timeline(arguments)
+            else:
+                outcome = refusal("unknown_tool", f"there is no tool {name!r}",
+                                  f"Call one of {START}, {RETIRE}, {STATUS}, {TIMELINE}.")
+        except InvalidInput as error:
+            outcome = refusal("invalid_input", str(error), CORRECT_ARGUMENTS.format(tool=name))
+        except ServiceError as error:
+            outcome = refusal(error.code, error.detail, _recovery_of(error, name))
+        except Exception as error:  # noqa: BLE001 - the host gets what happened instead of a dropped call
+            outcome = refusal("internal_error", f"{type(error).__name__}: {error}",
+                              "Report this; the log keeps every step already taken, so calling again is safe.")
+        return outcome if not isinstance(outcome, Outcome) else _result(outcome)
+
+    # ------------------------------------------------------------ gated tools
+
+    async def start(self, ctx: Any, params: Any, arguments: dict[str, Any]) -> Outcome | Any:
+        args = self.tools.parse_start(arguments)
+        if not self.tools.needs_confirmation(args):
+            return self.tools.tick(args)
+        state = self.seal.open(getattr(params, "request_state", None)) or {}
+        confirmation = self.tools.confirmation(args, state.get("batch_id") if state.get("tool") == START else None)
+        facts = confirmation.facts()
+        message = confirmation_text(facts)
+        answer = await self.ask(ctx, params, CONFIRM_KEY, message, confirm_schema(True),
+                                {"tool": START, "batch_id": confirmation.batch_id, "facts": facts_digest(facts)})
+        if isinstance(answer, str):
+            return self.tools.no_gate(args, facts, answer)
+        if not isinstance(answer, Answer):
+            return answer  # the input-required round: the client asks the user and calls again
+        if not answer.confirmed:
+            return _declined(answer, START)
+        # After the gate: the facts the user saw must still be the facts (upstream re-checks drift).
+        again = self.tools.confirmation(args, confirmation.batch_id)
+        if facts_digest(again.facts()) != facts_digest(facts) or not self.tools.needs_confirmation(args):
+            return refusal("plan_changed", "the plan, base or batch changed while the user was deciding; "
+                                           "nothing was recorded", f"Call {START} again to confirm the current facts.")
+        return self.tools.authorize_and_tick(args, again, answer)
+
+    async def retire(self, ctx: Any, params: Any, arguments: dict[str, Any]) -> Outcome | Any:
+        slug, batch_id = self.tools.retire_target(arguments)
+        message = (f"Retire batch {batch_id} of Initiative {slug}? It becomes superseded: it grants no more handoffs "
+                   f"or child delivery, and its record, commits and Lanes are kept.")
+        answer = await self.ask(ctx, params, RETIRE_KEY, message, confirm_schema(False),
+                                {"tool": RETIRE, "batch_id": batch_id})
+        if isinstance(answer, str):
+            return refusal("confirmation_port_unavailable", f"{answer}; nothing was retired",
+                           f"If the user confirms, run `{shlex.join(['lanes-es', '--root', self.tools.service.root, 'retire', slug, '--yes'])}` "
+                           f"in the coordinator.", batch_id=batch_id)
+        if not isinstance(answer, Answer):
+            return answer
+        if not answer.confirmed:
+            return _declined(answer, RETIRE)
+        if self.tools.retire_target(arguments)[1] != batch_id:
+            return refusal("plan_changed", "the active batch changed while the user was deciding; nothing was retired",
+                           f"Call {RETIRE} again.")
+        return self.tools.retire(slug)
+
+    async def ask(self, ctx: Any, params: Any, key: str, message: str, schema: dict[str, Any],
+                  state: dict[str, Any]) -> Answer | str | Any:
+        """The user's answer; or, on a 2026-07-28 connection, the input-required result that asks for it;
+        or a string saying why the client cannot ask."""
+        import mcp_types as types
+        from mcp.shared.exceptions import MCPError
+        from mcp_types.version import is_version_at_least
+
+        capabilities = ctx.session.client_capabilities
+        elicitation = capabilities.elicitation if capabilities is not None else None
+        if elicitation is None or (elicitation.form is None and elicitation.url is not None):
+            return "this MCP client cannot put a confirmation to the user (it declares no form elicitation)"
+        request = types.ElicitRequestFormParams(message=message, requested_schema=schema)
+        if is_version_at_least(ctx.protocol_version, "2026-07-28"):
+            echoed = self.seal.open(getattr(params, "request_state", None))
+            response = (getattr(params, "input_responses", None) or {}).get(key)
+            if response is not None and echoed == state:
+                return Answer(getattr(response, "action", "cancel"), dict(getattr(response, "content", None) or {}))
+            return types.InputRequiredResult(input_requests={key: types.ElicitRequest(params=request)},
+                                             request_state=self.seal.seal(state))
+        try:
+            result = await ctx.session.elicit_form(message=message, requested_schema=schema,
+                                                   related_request_id=ctx.request_id)
+        except MCPError as error:
+            return f"the MCP client could not put the confirmation to the user ({error.error.message})"
+        return Answer(result.action, dict(result.content or {}))
+
+
+def _declined(answer: Answer, tool: str) -> Outcome:
+    if answer.action == "cancel":
+        return refusal("confirmation_cancelled", "the user cancelled the confirmation; nothing was written",
+                       f"Call {tool} again when the user is ready to decide.")
+    return refusal("confirmation_declined", "the user did not confirm; nothing was written",
+                   f"Correct what the user objected to, then call {tool} again.")
+
+
+def _result(outcome: Outcome) -> Any:
+    import mcp_types as types
+
+    text = json.dumps(outcome.payload, indent=2, ensure_ascii=False)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                structured_content=outcome.payload, is_error=outcome.is_error)
+
+
+# ---------------------------------------------------------------- serving
+
+
+def build_server(service: LanesService) -> Any:
+    from mcp.server.lowlevel import Server
+
+    batch_server = McpBatchServer(service)
+    return Server(SERVER_NAME, version=_version(), instructions=INSTRUCTIONS,
+                  on_list_tools=batch_server.list_tools, on_call_tool=batch_server.call_tool)
+
+
+async def serve_stdio(service: LanesService) -> None:
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(service)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lanes-es")
+    except PackageNotFoundError:
+        return "0"
+
+
+MCP_DESCRIPTION = """\
+Serve the batch tools to an agent host over MCP on stdio (the host starts this command):
+
+  start_unattended_batch  one tick of the Initiative's lane batch (confirms it with the user first)
+  retire_stale_batch      retire the Initiative's stale active batch (superseded)
+  batch_status            the batch's current record (read-only)
+  batch_timeline          the batch's events as timeline rows (read-only)
+
+The coordinator checkout is --root (default: the current directory). A host configuration:
+
+  {"mcpServers": {"lanes-es": {"command": "lanes-es", "args": ["--root", "/path/to/repo", "mcp"]}}}
+
+The user confirms a batch through MCP elicitation; a host without it gets the facts back
+with the `lanes-es authorize` command that confirms them. Needs the MCP Python SDK 2.x:
+pip install 'lanes-es[mcp]'.
+"""
+
+
+def register(commands: Any) -> None:
+    command = commands.add_parser("mcp", help="serve the batch tools to an agent host (MCP over stdio)",
+                                  description=MCP_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    command.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import anyio
+
+    try:
+        from mcp.server.lowlevel import Server  # noqa: F401 - only to say clearly what is missing
+        import mcp_types  # noqa: F401
+    except ImportError:
+        raise ServiceError("mcp_sdk_missing", "the MCP Python SDK 2.x is not installed; install it with "
+                                              "`pip install 'lanes-es[mcp]'` (or `pip install 'mcp>=2'`)") from None
+    from tools.cli import service_of
+
+    service = service_of(args)
+    anyio.run(serve_stdio, service)
+    return 0
+
+
+__all__ = ["register", "build_server", "serve_stdio", "BatchTools", "McpBatchServer", "START_SCHEMA", "StateSeal"]
