@@ -440,7 +440,7 @@ class TerminalProgress:
 
     def close(self) -> None:
         self.refresh()
-        self.drawn = 0  # the last drawing stays on the screen
+        self.drawn, self.header, self.rows = 0, "", []  # the last drawing stays; later lines go below it
 
     def _clear(self) -> None:
         if self.drawn:
@@ -452,7 +452,7 @@ class TerminalProgress:
             return
         width = max(20, shutil.get_terminal_size().columns - 1)
         now = self.clock()
-        lines = [f"{self.header} ({now - self.started:.0f}s)"]
+        lines = [f"{now - self.started:5.0f}s {self.header}"]
         lines += [f"  {row.task_id:<24} {row.state:<15} {now - row.since:6.1f}s  {row.note}".rstrip()
                   for row in self.rows]
         self.stream.write("".join(line[:width] + "\n" for line in lines))
@@ -492,6 +492,7 @@ class Autopilot:
             self.note_refusals(report)
             self.show(report)
             if report["batch_state"] != "running":
+                self.wait_for_all()
                 self.release_lanes(report)
                 return self.finish(report)
             if any(handoff["role"] == "coordinator" for handoff in report["handoffs"]):
@@ -544,6 +545,8 @@ class Autopilot:
             lane = lanes.get(task_id)
             if lane is None or task_id in self.released or task_id in self.kept:
                 continue
+            if task_id in self.executors.running:
+                continue  # its Executor is still exiting: the Lane goes on a later tick, never from under it
             why_kept = self.steward.release(lane["path"], handoff["lane_branch"])
             if why_kept is None:
                 self.released.append(task_id)
@@ -628,7 +631,7 @@ class Autopilot:
                 self.since[task_id] = (key, now)
             rows.append(Row(task_id, state, self.since[task_id][1], note))
         active = len(self.executors.running)
-        header = f"batch {report['batch_id']}: {report['batch_state']}, {active} Executor{'s' if active != 1 else ''} working"
+        header = f"{report['batch_state']}, {active} Executor{'s' if active != 1 else ''} working: batch {report['batch_id']}"
         self.progress.show(header, rows)
 
     def note_of(self, task_id: str) -> str:
@@ -748,8 +751,10 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
         autopilot.wait_for_all()
         return EXIT_REJECTED
     except ServiceError as error:
-        progress.note(f"lanes-es run: {error}")
         autopilot.wait_for_all()
+        if error.code == "empty_enrollable_set":
+            return nothing_to_run(service, slug, progress.note)
+        progress.note(f"lanes-es run: {error}")
         return EXIT_REJECTED
     except KeyboardInterrupt:
         progress.close()
@@ -758,6 +763,17 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
             + (f"; Executors still working: {working}" if working else "")
             + ". Run the same command again to go on.")
         return 130
+
+
+def nothing_to_run(service: LanesService, slug: str, out: Out) -> int:
+    """Every task is settled: 0 when the Initiative's last batch completed (running again is harmless)."""
+    batch = service.active_batch(slug)
+    if batch is not None and batch.batch_state == "completed":
+        out(f"lanes-es run: nothing to run: batch {batch.id} of Initiative {slug} completed and no task is left; "
+            f"add tasks to docs/initiatives/{slug}.md to run a new batch")
+        return EXIT_OK
+    out(f"lanes-es run: Initiative {slug} has no enrollable task; `lanes-es plan {slug}` shows why each is excluded")
+    return EXIT_REJECTED
 
 
 # ---------------------------------------------------------------- command line

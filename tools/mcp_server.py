@@ -52,6 +52,23 @@ BLOCKED = frozenset({"stale_batch_in_flight", "claim_already_active", "batch_sta
                      "claim_appeared_during_confirmation", "store_busy"})
 CANCELLED = frozenset({"confirmation_cancelled", "cancelled_before_execution"})
 CORRECT_ARGUMENTS = "Correct the arguments and call {tool} again."
+# What to do after each refusal of the service, in the words of an MCP host.
+RECOVERY = {
+    "invalid_slug": "Pass the slug of an Initiative file docs/initiatives/<slug>.md, then call {tool} again.",
+    "empty_enrollable_set": "Every task of the Initiative is settled or excluded (`lanes-es plan <slug>` says why); "
+                            "add or fix tasks, then call {start} again.",
+    "plan_projection_failed": "Fix the Initiative file or the task intents it names, then call {start} again.",
+    "batch_parallel_mismatch": "Call {start} again without max_parallel, or with the recorded value.",
+    "plan_changed": "Call {start} again: the user confirms the plan as it is now.",
+    "batch_authorization_invalid": "Call {start} with max_parallel: the user confirms a batch first.",
+    "confirmation_failed": "Call {start} again for a fresh confirmation.",
+    "uncommitted_head": "Commit the base in the coordinator checkout, then call {start} again.",
+    "stale_batch_absent": "Nothing to retire: {start} starts a new batch.",
+    "stale_batch_in_flight": "settle or stop the in-flight child (call {start} until its Lane settles, or run "
+                             "`lanes-es task stop` in its Lane), then call {retire} again.",
+    "batch_not_found": "Call {start} with max_parallel to confirm and start a batch.",
+    "invalid_batch_id": "Pass one of the Initiative's batch ids (batch_status lists the active one).",
+}
 
 INSTRUCTIONS = """\
 lanes-es runs an Initiative's tasks in parallel git worktrees (Lanes) and integrates each onto
@@ -131,9 +148,8 @@ def refusal(code: str, reason: str, recovery: str, **extra: Any) -> Outcome:
 
 
 def _recovery_of(error: ServiceError, tool: str) -> str:
-    """ServiceError messages end with what to do after '; ' when they say it; else the generic advice."""
-    _, sep, advice = error.detail.rpartition("; ")
-    return f"{advice}, then call {tool} again." if sep and advice else CORRECT_ARGUMENTS.format(tool=tool)
+    return RECOVERY.get(error.code, "Settle the reason given, then call {tool} again.").format(tool=tool, start=START,
+                                                                                               retire=RETIRE)
 
 
 @dataclass(frozen=True)

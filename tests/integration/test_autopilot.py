@@ -1,0 +1,244 @@
+"""`lanes-es run`, the autopilot, on real repositories with a real Executor script.
+
+Six tasks at max_parallel 3: four independent, one serialized behind another by an
+overlapping scope, one blocked by two. The Executor is tools/example_executor.py, told what to
+write through LANES_ES_EXECUTOR_HINT; it ends with `lanes-es task submit` as a person would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.engine import SteppingClock, Task, initiative_markdown
+from tests.gitfixtures import (
+    add_lane, descriptor, git_out, head, intent_json, make_repo, run_git, write_file,
+)
+from tools.autopilot import Steward, StewardRefusal, run_autopilot
+
+PROJECT = Path(__file__).resolve().parents[2]
+SLUG = "six"
+EXECUTOR = [sys.executable, "-P", "-m", "tools.example_executor"]
+
+# task -> (scope, blocked_by, file, content); notes-2 overlaps notes-1, merge waits for one and two
+TASKS: dict[str, tuple[list[str], list[str], str, str]] = {
+    "one": (["src/one.txt"], [], "src/one.txt", "one\n"),
+    "two": (["src/two.txt"], [], "src/two.txt", "two\n"),
+    "three": (["src/three.txt"], [], "src/three.txt", "three\n"),
+    "notes-1": (["docs/notes.md"], [], "docs/notes.md", "first note\n"),
+    "notes-2": (["docs/notes.md"], [], "docs/notes.md", "second note\n"),
+    "merge": (["src/merge.txt"], ["one", "two"], "src/merge.txt", "one and two\n"),
+}
+EXPECTED_FILES = {"src/one.txt": "one\n", "src/two.txt": "two\n", "src/three.txt": "three\n",
+                  "docs/notes.md": "first note\nsecond note\n", "src/merge.txt": "one and two\n"}
+HINT = json.dumps({task: {"path": path, "content": content} for task, (_, _, path, content) in TASKS.items()})
+
+
+def holds_line(path: str, line: str) -> str:
+    """A descriptor that passes when `path` holds `line`: the delivery is there."""
+    return descriptor(["-c", f"import os, sys; p = {path!r}; "
+                             f"sys.exit(0 if os.path.exists(p) and {line!r} in open(p).read() else 1)"])
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> str:
+    intents = {task: intent_json(task, scope, verification=holds_line(path, content.strip()))
+               for task, (scope, _, path, content) in TASKS.items()}
+    tasks = {task: Task(scope, blocked_by=blocked) for task, (scope, blocked, _, _) in TASKS.items()}
+    return make_repo(tmp_path / "repo", intents=intents, files={f"docs/initiatives/{SLUG}.md": initiative_markdown(tasks)})
+
+
+@pytest.fixture
+def executor_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    monkeypatch.setenv("LANES_ES_EXECUTOR_HINT", HINT)
+    monkeypatch.setenv("PYTHONPATH", str(PROJECT))
+    return dict(os.environ)
+
+
+def service_of(root: str) -> Any:
+    from tools.compose import build_service
+
+    return build_service(root, clock=SteppingClock(time.time()))
+
+
+def batch_files(root: str) -> dict[str, Any]:
+    folder = Path(root) / ".imm" / "state" / "batches"
+    found = sorted(folder.glob("*.json")) if folder.exists() else []
+    return {path.stem: json.loads(path.read_text()) for path in found if not path.name.endswith(".report.json")}
+
+
+def assert_completed_as_planned(root: str, lanes: Path) -> dict[str, Any]:
+    """The one batch completed: six commits, one per task, the delivered files, every Lane gone."""
+    (batch_id, record), = batch_files(root).items()
+    assert record["batch_state"] == "completed"
+    assert len(record["commits"]) == 6 and len(set(record["commits"])) == 6
+    subjects = git_out(root, "log", "--format=%s", f"{record['base_head']}..imm/{SLUG}").splitlines()
+    assert sorted(subject.split(":")[0] for subject in subjects) == sorted(f"imm({task})" for task in TASKS)
+    for path, content in EXPECTED_FILES.items():
+        assert git_out(root, "show", f"imm/{SLUG}:{path}") + "\n" == content, path
+    assert git_out(root, "worktree", "list", "--porcelain").count("worktree ") == 1  # the coordinator alone
+    assert sorted(entry.name for entry in lanes.iterdir()) == [".executor-logs"]
+    verified = subprocess.run([sys.executable, "-m", "tools.cli", "--root", root, "verify", batch_id], cwd=PROJECT,
+                              capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    return record
+
+
+def most_in_flight(root: str, batch_id: str) -> int:
+    """The most Lanes admitted and not yet integrated at any point of the log."""
+    service = service_of(root)
+    in_flight: set[str] = set()
+    most = 0
+    for event in service.store.events(batch_id):
+        name = type(event).__name__
+        if name == "LaneAdmitted":
+            in_flight.add(event.task_id)
+        elif name in ("Integrated", "Parked"):
+            in_flight.discard(event.task_id)
+        most = max(most, len(in_flight))
+    return most
+
+
+# ---------------------------------------------------------------- a whole batch
+
+
+def test_six_tasks_at_max_parallel_3_complete_with_a_real_executor(repo, tmp_path, executor_env):
+    lanes, lines = tmp_path / "lanes", []
+    code = run_autopilot(service_of(repo), SLUG, 3, lanes, EXECUTOR, yes=True, out=lines.append, poll=0.05)
+    assert code == 0, "\n".join(lines)
+    record = assert_completed_as_planned(repo, lanes)
+    assert most_in_flight(repo, record["batch_id"]) == 3
+    text = "\n".join(lines)
+    assert f"batch {record['batch_id']}: completed: all enrollable children integrated" in text
+    assert "6 commits on imm/six; 6 Lanes released by the steward" in text
+    assert "Lane mode: max_parallel=3" in text  # the confirmation facts were shown before --yes answered
+    assert (lanes / ".executor-logs" / "merge.log").read_text().count("submitted merge") == 1
+
+
+def test_killed_after_the_first_integration_and_run_again_it_completes_the_same_batch(repo, tmp_path, executor_env):
+    lanes = tmp_path / "lanes"
+    command = [sys.executable, "-m", "tools.cli", "--root", repo, "run", SLUG, "--max-parallel", "3",
+               "--lanes-dir", str(lanes), "--executor", " ".join(EXECUTOR), "--yes", "--poll", "0.05"]
+    with open(tmp_path / "first-run.log", "w") as log:
+        first = subprocess.Popen(command, cwd=PROJECT, env=executor_env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and first.poll() is None:
+            records = batch_files(repo)
+            if any(child["state"] in ("integrated", "released") for record in records.values()
+                   for child in record["children"]):
+                break
+            time.sleep(0.01)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    (batch_id, interrupted), = batch_files(repo).items()
+    assert interrupted["batch_state"] == "running", (tmp_path / "first-run.log").read_text()
+    assert any(child["state"] == "pending" for child in interrupted["children"])  # killed in the middle
+
+    again = subprocess.run(command, cwd=PROJECT, env=executor_env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "Start the unattended" not in again.stdout  # no new confirmation: the same authorization
+    record = assert_completed_as_planned(repo, lanes)
+    assert record["batch_id"] == batch_id
+    assert f"batch {batch_id}: completed" in again.stdout
+
+
+# ---------------------------------------------------------------- never destroy work
+
+
+def test_a_lane_dirtied_before_its_release_is_kept_and_reported(repo, tmp_path, executor_env, monkeypatch):
+    lanes, lines = tmp_path / "lanes", []
+    original = Steward.release
+
+    def dirty_then_release(self: Steward, path: str, lane_branch: str) -> str | None:
+        if lane_branch.endswith("/three"):  # integrated and offered for release, then someone writes in it
+            write_file(path, "scratch.txt", "work nobody committed\n")
+        return original(self, path, lane_branch)
+
+    monkeypatch.setattr(Steward, "release", dirty_then_release)
+    code = run_autopilot(service_of(repo), SLUG, 3, lanes, EXECUTOR, yes=True, out=lines.append, poll=0.05)
+    text = "\n".join(lines)
+    assert code == 0, text
+    assert (lanes / "three" / "scratch.txt").read_text() == "work nobody committed\n"
+    assert git_out(repo, "worktree", "list", "--porcelain").count("worktree ") == 2  # the coordinator and three
+    assert f"kept the Lane of three: {lanes / 'three'}: it is dirty (1 changed path: scratch.txt)" in text
+    assert "5 Lanes released by the steward" in text
+    assert sorted(entry.name for entry in lanes.iterdir()) == [".executor-logs", "three"]
+
+
+def test_an_executor_that_never_submits_stops_the_run_with_what_to_do(repo, tmp_path):
+    lanes, lines = tmp_path / "lanes", []
+    failing = [sys.executable, "-c", "import sys; print('cannot work'); sys.exit(1)"]
+    code = run_autopilot(service_of(repo), SLUG, 3, lanes, failing, yes=True, out=lines.append, poll=0.05)
+    text = "\n".join(lines)
+    assert code == 3, text
+    assert "executor: one exited with 1" in text
+    assert (f"one waits for submit_assurance in {os.path.realpath(lanes / 'one')}: its Executor exited with 1 "
+            f"without moving it (log {lanes / '.executor-logs' / 'one.log'})") in text
+    assert "nothing more moves without you" in text
+    assert "cannot work" in (lanes / ".executor-logs" / "one.log").read_text()
+    (record,) = batch_files(repo).values()
+    assert record["batch_state"] == "running" and (lanes / "one").is_dir()  # the Lanes and their work are kept
+
+
+def test_without_yes_and_without_a_terminal_nothing_is_confirmed(repo, tmp_path):
+    lines: list[str] = []
+    code = run_autopilot(service_of(repo), SLUG, 3, tmp_path / "lanes", EXECUTOR, yes=False, out=lines.append)
+    assert code == 2
+    assert "confirmation_port_unavailable: no terminal to ask on; review the facts above and run again with --yes" \
+        in "\n".join(lines)
+    assert batch_files(repo) == {} and not (tmp_path / "lanes").exists()
+
+
+def test_lanes_inside_the_coordinator_checkout_are_refused(repo):
+    from lanes_es.service import ServiceError
+
+    with pytest.raises(ServiceError, match="invalid_lanes_dir"):
+        run_autopilot(service_of(repo), SLUG, 3, Path(repo) / "lanes", EXECUTOR, yes=True, out=lambda line: None)
+
+
+# ---------------------------------------------------------------- the steward on git
+
+
+def test_the_steward_makes_reuses_and_fast_forwards_lanes_but_never_moves_other_work(repo, tmp_path):
+    lanes = tmp_path / "lanes"
+    steward = Steward(repo, lanes)
+    base = head(repo)
+    made = steward.provision("one", "imm-lane/six/one", base)
+    assert made == str(lanes / "one") and head(made) == base
+    assert git_out(made, "symbolic-ref", "HEAD") == "refs/heads/imm-lane/six/one"
+    assert steward.provision("one", "imm-lane/six/one", base) == made  # found again after a restart
+
+    run_git(repo, "branch", "imm-lane/six/two", base)  # left by an interrupted run, its worktree gone
+    assert head(steward.provision("two", "imm-lane/six/two", base)) == base
+
+    write_file(repo, "moved.txt", "the batch moved\n")
+    run_git(repo, "add", "moved.txt")
+    run_git(repo, "commit", "-q", "-m", "batch head moves")
+    moved = head(repo)
+    assert head(steward.provision("one", "imm-lane/six/one", moved)) == moved  # clean and behind: fast-forward
+
+    foreign = add_lane(repo, SLUG, "three", tmp_path / "elsewhere")
+    write_file(foreign, "src/three.txt", "someone's work\n")
+    run_git(foreign, "add", "-A")
+    run_git(foreign, "commit", "-q", "-m", "work the batch does not hold")
+    run_git(repo, "worktree", "remove", foreign)
+    kept = git_out(repo, "rev-parse", "imm-lane/six/three")
+    with pytest.raises(StewardRefusal, match="holds other work"):
+        steward.provision("three", "imm-lane/six/three", moved)
+    assert git_out(repo, "rev-parse", "imm-lane/six/three") == kept and not (lanes / "three").exists()
+
+    (lanes / "notes-1").mkdir()
+    with pytest.raises(StewardRefusal, match="is not a worktree of this repository"):
+        steward.provision("notes-1", "imm-lane/six/notes-1", moved)
+
+    write_file(made, "src/one.txt", "uncommitted\n")
+    assert steward.release(made, "imm-lane/six/one") == "it is dirty (1 changed path: src/one.txt)"
+    assert (Path(made) / "src" / "one.txt").read_text() == "uncommitted\n"
