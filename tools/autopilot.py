@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Mapping, TextIO
 
 from lanes_es.adapters.git import git, git_ok
 from lanes_es.adapters.store import StoreConflict
@@ -211,9 +211,23 @@ class Steward:
     def __init__(self, root: str, lanes_dir: Path) -> None:
         self.root = root
         self.lanes_dir = lanes_dir
+        self._worktrees: dict[str, Worktree] | None = None
 
     def lane_path(self, task_id: str) -> Path:
         return self.lanes_dir / task_id
+
+    def begin_round(self) -> None:
+        """Forget the worktree list: one `git worktree list` serves every move of a round."""
+        self._worktrees = None
+
+    def worktrees(self) -> dict[str, Worktree]:
+        if self._worktrees is None:
+            self._worktrees = list_worktrees(self.root)
+        return self._worktrees
+
+    def _added(self, path: Path, lane_branch: str, head: str) -> None:
+        real = os.path.realpath(path)
+        self.worktrees()[real] = Worktree(path=real, head=head, branch=f"refs/heads/{lane_branch}")
 
     def provision(self, task_id: str, lane_branch: str, base_head: str) -> str:
         """The task's Lane on `lane_branch` at `base_head`, made or found; StewardRefusal otherwise.
@@ -223,7 +237,7 @@ class Steward:
         """
         path = self.lane_path(task_id)
         ref = f"refs/heads/{lane_branch}"
-        worktrees = list_worktrees(self.root)
+        worktrees = self.worktrees()
         existing = worktrees.get(os.path.realpath(path))
         if existing is not None:
             if existing.branch != ref:
@@ -243,9 +257,11 @@ class Steward:
         self.lanes_dir.mkdir(parents=True, exist_ok=True)
         if tip.exit_code != 0:
             git(self.root, "worktree", "add", "-q", "-b", lane_branch, str(path), base_head)
+            self._added(path, lane_branch, base_head)
             return str(path)
         self._check_forward(task_id, lane_branch, tip.text, base_head)
         git(self.root, "worktree", "add", "-q", str(path), lane_branch)
+        self._added(path, lane_branch, tip.text)
         self._bring_forward(task_id, str(path), tip.text, base_head)
         return str(path)
 
@@ -276,7 +292,7 @@ class Steward:
         """
         if not os.path.lexists(path):
             return None
-        existing = list_worktrees(self.root).get(os.path.realpath(path))
+        existing = self.worktrees().get(os.path.realpath(path))
         if existing is None:
             return "it is not a worktree of this repository any more"
         if existing.branch != f"refs/heads/{lane_branch}":
@@ -287,6 +303,7 @@ class Steward:
         removed = git_ok(self.root, "worktree", "remove", path)
         if removed.exit_code != 0:
             return f"git worktree remove refused: {removed.error_text}"
+        self.worktrees().pop(os.path.realpath(path), None)
         return None
 
     def dirt(self, path: str) -> str | None:
@@ -329,11 +346,13 @@ class Finished:
 class Executors:
     """The Executor processes: one per Lane at most, started without a shell, cwd = the Lane."""
 
-    def __init__(self, argv: list[str], root: str, logs_dir: Path, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, argv: list[str], root: str, logs_dir: Path, clock: Callable[[], float] = time.monotonic,
+                 extra_env: Mapping[str, str] | None = None) -> None:
         self.argv = argv
         self.root = root
         self.logs_dir = logs_dir
         self.clock = clock
+        self.extra_env = dict(extra_env or {})
         self.running: dict[str, Running] = {}
         self.finished: dict[str, Finished] = {}
 
@@ -349,7 +368,7 @@ class Executors:
         task_id, lane = handoff["task_id"], handoff["lane_path"]
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         log = self.logs_dir / f"{task_id}.log"
-        env = {**os.environ, "LANES_ES_TASK_ID": task_id, "LANES_ES_LANE_PATH": lane, "LANES_ES_INTENT": intent_text,
+        env = {**os.environ, **self.extra_env, "LANES_ES_TASK_ID": task_id, "LANES_ES_LANE_PATH": lane, "LANES_ES_INTENT": intent_text,
                "LANES_ES_ROOT": self.root, "LANES_ES_NEXT_OBLIGATION": handoff.get("next_obligation") or ""}
         with open(log, "ab") as sink:
             sink.write(f"--- lanes-es run: {shlex.join(self.argv)} in {lane} "
@@ -493,10 +512,12 @@ class Autopilot:
             self.show(report)
             if report["batch_state"] != "running":
                 self.wait_for_all()
+                self.steward.begin_round()
                 self.release_lanes(report)
                 return self.finish(report)
             if any(handoff["role"] == "coordinator" for handoff in report["handoffs"]):
                 return self.finish(report, stopped_for="coordinator")
+            self.steward.begin_round()
             released = self.release_lanes(report)
             offers = self.provision_lanes(report)
             self.start_executors(report)
@@ -721,12 +742,14 @@ class Autopilot:
 
 def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir: str | os.PathLike[str],
                   executor_argv: list[str], yes: bool, out: Out = print, *, poll: float = 1.0,
-                  live: bool | None = None, ask: Callable[[str], str] | None = None) -> int:
+                  live: bool | None = None, ask: Callable[[str], str] | None = None,
+                  executor_env: Mapping[str, str] | None = None) -> int:
     """Run the Initiative's batch to the end; the exit code of `lanes-es run`.
 
     `out` receives every line. `live` redraws the progress in place (default: when `out` is
     `print` and stdout is a terminal). `ask` puts the confirmation question (default: `input`
-    when stdin is a terminal; with neither, only `yes` can confirm).
+    when stdin is a terminal; with neither, only `yes` can confirm). `executor_env` is added to
+    every Executor's environment (the demo passes LANES_ES_EXECUTOR_HINT this way).
     """
     if not executor_argv:
         raise ServiceError("invalid_executor", "the Executor command is empty; pass --executor CMD")
@@ -741,7 +764,8 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
         ask = input
     progress: LineProgress | TerminalProgress = TerminalProgress(sys.stdout) if live else LineProgress(out)
     autopilot = Autopilot(service=service, slug=slug, max_parallel=max_parallel, steward=Steward(service.root, lanes),
-                          executors=Executors(list(executor_argv), service.root, lanes / EXECUTOR_LOGS),
+                          executors=Executors(list(executor_argv), service.root, lanes / EXECUTOR_LOGS,
+                                              extra_env=executor_env),
                           progress=progress, poll=poll)
     try:
         confirm_on_terminal(service, slug, max_parallel, yes, progress.note, ask)

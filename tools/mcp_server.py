@@ -124,7 +124,8 @@ READ_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"initiative_slug
 
 TOOL_DESCRIPTIONS = {
     START: "Run one tick of the Initiative's unattended lane batch and return its report with handoffs. Starts "
-           "the batch after the user confirms it (asked through elicitation), and resumes it on later calls.",
+           "the batch after the user confirms it (asked through elicitation), and resumes it on later calls. "
+           "max_parallel and final_verification are confirmed with a new batch; a resume keeps the recorded ones.",
     RETIRE: "Retire the Initiative's stale active batch (it becomes superseded) after the user confirms; refused "
             "while a child is in flight.",
     STATUS: "Read the current record of the Initiative's batch (read-only).",

@@ -242,3 +242,42 @@ def test_the_steward_makes_reuses_and_fast_forwards_lanes_but_never_moves_other_
     write_file(made, "src/one.txt", "uncommitted\n")
     assert steward.release(made, "imm-lane/six/one") == "it is dirty (1 changed path: src/one.txt)"
     assert (Path(made) / "src" / "one.txt").read_text() == "uncommitted\n"
+
+
+def test_failed_qa_starts_the_executor_again_then_stops_for_the_coordinators_correction(tmp_path, monkeypatch):
+    solo = {"solo": intent_json("solo", ["solo.txt"], verification=holds_line("solo.txt", "the right thing"))}
+    root = make_repo(tmp_path / "repo", intents=solo,
+                     files={"docs/initiatives/one.md": initiative_markdown({"solo": Task(["solo.txt"])})})
+    monkeypatch.setenv("LANES_ES_EXECUTOR_HINT", json.dumps({"path": "solo.txt", "content": "the wrong thing\n"}))
+    monkeypatch.setenv("PYTHONPATH", str(PROJECT))
+    lanes, lines = tmp_path / "lanes", []
+    code = run_autopilot(service_of(root), "one", 1, lanes, EXECUTOR, yes=True, out=lines.append, poll=0.05)
+    text = "\n".join(lines)
+    assert code == 3, text
+    assert text.count("executor: started for solo") == 2  # after each failed QA (qa_failure_limit 2)
+    assert "solo needs a design-level correction" in text and '"kind": "correction"' in text
+    assert "next: send the correction above, then run the same `lanes-es run` command again" in text
+    (record,) = batch_files(root).values()
+    assert record["batch_state"] == "running" and record["children"][0]["qa_failures"] == 2
+    assert (lanes / "solo" / "solo.txt").read_text() == "the wrong thing\n"  # the Lane and its work are kept
+
+
+def test_the_terminal_progress_redraws_its_block_in_place():
+    import io
+
+    from tools.autopilot import Row, TerminalProgress
+
+    stream, now = io.StringIO(), [100.0]
+    progress = TerminalProgress(stream, clock=lambda: now[0])
+    progress.show("running, 1 Executor working: batch b", [Row("one", "enrolled", 100.0, "Executor working")])
+    now[0] = 102.5
+    progress.note("executor: one exited with 0")
+    progress.close()
+    progress.note("done")
+    assert stream.getvalue() == (
+        "    0s running, 1 Executor working: batch b\n  one                      enrolled           0.0s  Executor working\n"
+        "\x1b[2F\x1b[Jexecutor: one exited with 0\n"
+        "    2s running, 1 Executor working: batch b\n  one                      enrolled           2.5s  Executor working\n"
+        "\x1b[2F\x1b[J"
+        "    2s running, 1 Executor working: batch b\n  one                      enrolled           2.5s  Executor working\n"
+        "done\n")

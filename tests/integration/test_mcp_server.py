@@ -194,6 +194,8 @@ def test_a_batch_of_three_runs_to_completed_through_start_unattended_batch(repo,
         async with host(repo, tmp_path, user) as client:
             is_error, payload = await call(client, "start_unattended_batch", initiative_slug=SLUG, max_parallel=2)
             results.append(payload)
+            mismatch = await call(client, "start_unattended_batch", initiative_slug=SLUG, max_parallel=1, lane_offers=[])
+            results.append(mismatch[1])
             for _ in range(12):
                 report = payload["report"]
                 assert not is_error and payload["state"] == "started", payload
@@ -214,8 +216,11 @@ def test_a_batch_of_three_runs_to_completed_through_start_unattended_batch(repo,
             results.append((await call(client, "batch_timeline", initiative_slug=SLUG))[1])
         return results
 
-    *ticks, status, timeline = anyio.run(main)
-    first, last = ticks[0], ticks[-1]
+    first, mismatch, *ticks, status, timeline = anyio.run(main)
+    last = ticks[-1]
+    assert mismatch["state"] == "rejected" and mismatch["reason_key"] == "batch_run_rejected"  # LANE-INP-08
+    assert mismatch["reason"] == "batch_parallel_mismatch: the recorded batch runs with max_parallel 2"
+    assert mismatch["report"]["batch_state"] == "rejected"
     assert len(user.asked) == 1  # confirmed once, then every call runs under that authorization
     message = user.asked[0].message
     assert all(task in message for task in TASKS) and "max_parallel=2" in message
