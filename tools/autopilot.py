@@ -595,6 +595,7 @@ class Autopilot:
                 self.steward_refusals[task_id] = str(error)
                 continue
             self.steward_refusals.pop(task_id, None)
+            self.refused.pop(task_id, None)  # a refusal of this offer comes back in the next report
             self.offered[task_id] = base_head
             offers.append(LaneOfferInput(task_id=task_id, path=path))
             self.progress.note(f"steward: offering {path} for {task_id} on {handoff['lane_branch']}")
