@@ -228,7 +228,10 @@ class LaneTick:
             if refusal:
                 code, _, detail = refusal.partition(": ")
                 return self.refuse(code, detail)
-        preflight = self.ports.batch_git.preflight(tick.root, tick.initiative_slug, tick.authorization.base_head)
+        # The branch may already sit at base_head: made by a preflight whose batch was never saved (a crash),
+        # or left by the Initiative's settled batch. Checked out there, it is reused rather than refused.
+        preflight = self.ports.batch_git.preflight(tick.root, tick.initiative_slug, tick.authorization.base_head,
+                                                   reuse_head=tick.authorization.base_head)
         if not preflight.ok:
             return self.refuse(preflight.reason, preflight.message or "Correct the preflight condition and re-confirm.")
         self.batch = LaneBatch.prepare(

@@ -225,15 +225,31 @@ class GitBatch:
                       and record.subject.startswith(f"imm({task_id}):")), None)
         if match is None:
             return None
-        if recorded != match.commit:
-            raise PortError(lineage_broken(f"commit {match.commit} lacks durable batch runner production evidence"))
         authority = os.environ.get("GIT_AUTHOR_NAME") or DEFAULT_AUTHOR_NAME
+        if recorded != match.commit and not self._carries_settled_pair(lane_path, match, evidence):
+            raise PortError(lineage_broken(f"commit {match.commit} lacks durable batch runner production evidence"))
         if match.author_name and match.author_name != authority:
             raise PortError(lineage_broken(f"adopted commit author {match.author_name} does not match batch "
                                            f"authority {authority}"))
         settled = _settled(lane_path, task_id, evidence)
         self._verify_existing_commit(lane_path, task_id, match, expected_head, branch, settled.scope_hint)
+        if recorded != match.commit:
+            # A crash fell between the commit and its evidence file: the commit carries this settled
+            # run's own audit pair, which only the kernel writes, so it is ours; record it now.
+            _write_commit_evidence(lane_path, batch_id, task_id, match.commit, expected_head)
         return match.commit
+
+    @staticmethod
+    def _carries_settled_pair(lane_path: str, match: LookupRecord, evidence: SettledEvidence | None) -> bool:
+        """Whether the commit holds the settled run's audit pair exactly as the kernel wrote it in the Lane."""
+        if evidence is None:
+            return False
+        paths = [evidence.record_path, evidence.proof_path]
+        listed = git_ok(lane_path, "rev-parse", *(f"{match.commit}:{path}" for path in paths))
+        if listed.exit_code != 0:
+            return False
+        hashed = git_ok(lane_path, "hash-object", "--no-filters", "--", *paths)
+        return hashed.exit_code == 0 and hashed.text.split() == listed.text.split()
 
     @staticmethod
     def _verify_existing_commit(lane_path: str, task_id: str, match: LookupRecord, expected_head: str, branch: str,

@@ -1,0 +1,297 @@
+"""Convergence after a crash at any point (issue 3).
+
+A batch of four tasks (p1 and p2 in parallel, dep blocked by p1, zbad whose integration
+rerun fails) runs once uninterrupted. Then, for every k, it runs again with a crash
+injected right after the k-th engine call took effect (a git spawn, a kernel call or a
+store save), and ticks resume in a new engine instance until the batch settles. Every
+run must end like the uninterrupted one: the same child states, the same batch-branch
+content, exactly one commit per integrated child (on the batch branch and on its Lane
+branch), a log whose digest chain holds and whose record passes the v2 validator at
+every version, and a state file equal to its rebuild.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from lanes_es.adapters import git as git_runner
+from lanes_es.adapters.kernel import ReferenceKernel
+from lanes_es.audit.chain import verify_chain
+from lanes_es.domain.record import fold_record
+from lanes_es.domain.validator import validate_record
+from lanes_es.ports import KernelError
+from lanes_es.tick_input import LaneOfferInput
+from projections.batch import documents_of, drift
+from tests.engine import SLUG, SteppingClock, Task, initiative_markdown
+from tests.gitfixtures import descriptor, git_out, intent_json, make_repo, run_git, write_file
+
+# Descriptors run coreutils' `test`, not python3: the run is repeated once per call, so each spawn counts.
+PASSES = descriptor(["-n", "ok"], executable="test")
+TASKS = {
+    "p1": Task(["p1.txt"], verification=PASSES),
+    "p2": Task(["p2.txt"], verification=PASSES),
+    "dep": Task(["dep.txt"], blocked_by=["p1"], verification=PASSES),
+    # Passes in its Lane, fails on the candidate: the integration carries its own audit pair.
+    "zbad": Task(["zbad.txt"], verification=descriptor(["!", "-e", ".imm/audit/zbad"], executable="test")),
+}
+DELIVERIES = {task_id: (task.scope[0], f"{task_id}\n") for task_id, task in TASKS.items()}
+MAX_TICKS = 30
+
+
+class SimulatedCrash(BaseException):
+    """Not an Exception: nothing in the engine may catch it, as nothing catches a power cut."""
+
+
+class CrashPlan:
+    """Counts engine calls of every kind and crashes right after the k-th one."""
+
+    def __init__(self, crash_at: int | None) -> None:
+        self.crash_at = crash_at
+        self.calls = 0
+        self.armed = False
+        self.fired = False
+
+    def called(self, what: str) -> None:
+        if not self.armed:
+            return
+        self.calls += 1
+        if self.crash_at is not None and self.calls == self.crash_at and not self.fired:
+            self.fired = True
+            raise SimulatedCrash(f"crash after call {self.calls}: {what}")
+
+
+class CrashingKernel:
+    """The real kernel, with the crash plan consulted after each call."""
+
+    def __init__(self, kernel: Any, plan: CrashPlan) -> None:
+        self._kernel = kernel
+        self._plan = plan
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._kernel, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return target(*args, **kwargs)
+            finally:
+                self._plan.called(f"kernel.{name}")
+        return call
+
+
+def build_engine(root: str, plan: CrashPlan, clock: SteppingClock) -> Any:
+    """A new engine instance, as a restarted process would make, with the crash plan wired in."""
+    from tools.compose import build_service
+
+    service = build_service(root, clock=clock)
+    real_ports = service.adapters.tick_ports
+    service.adapters.tick_ports = lambda r, s: _with_kernel(real_ports(r, s), plan)  # type: ignore[method-assign]
+    real_save = service.store.save
+
+    def save(*aggregates: Any) -> int:
+        try:
+            return real_save(*aggregates)
+        finally:
+            plan.called("store.save")
+    service.store.save = save  # type: ignore[method-assign]
+    return service
+
+
+def _with_kernel(ports: Any, plan: CrashPlan) -> Any:
+    from dataclasses import replace
+
+    return replace(ports, kernel=CrashingKernel(ports.kernel, plan))
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The authorized repository every run copies (no Lane, no tick yet)."""
+    from tools.compose import build_service
+
+    base = tmp_path_factory.mktemp("template")
+    intents = {t: intent_json(t, task.scope, verification=task.verification) for t, task in TASKS.items()}
+    root = make_repo(base / "repo", intents=intents, files={f"docs/initiatives/{SLUG}.md": initiative_markdown(TASKS)})
+    service = build_service(root, clock=SteppingClock())
+    service.authorize(service.confirmation(SLUG, max_parallel=3))
+    service.store.close()
+    return Path(root)
+
+
+def copy_repository(template: Path, target: Path) -> str:
+    shutil.copytree(template, target / "repo", symlinks=True)
+    return os.path.realpath(target / "repo")
+
+
+def act_on_handoffs(root: str, lanes: Path, report: dict[str, Any], clock: SteppingClock) -> dict[str, str]:
+    """Steward and Executor, idempotent so that a repeated handoff after a crash is harmless."""
+    offers: dict[str, str] = {}
+    for handoff in report["handoffs"]:
+        task_id = handoff["task_id"]
+        lane = lanes / task_id
+        if handoff.get("action") == "provision":
+            if not lane.exists():
+                lanes.mkdir(parents=True, exist_ok=True)
+                exists = run_git(root, "rev-parse", "--verify", "-q", handoff["lane_branch"], check=False).returncode == 0
+                args = [str(lane), handoff["lane_branch"]] if exists else ["-b", handoff["lane_branch"], str(lane),
+                                                                            handoff["base_head"]]
+                run_git(root, "worktree", "add", "-q", *args)
+            elif git_out(lane, "rev-parse", "HEAD") != handoff["base_head"]:
+                # An unused Lane cut before the batch head moved: the steward re-cuts it at the new head.
+                run_git(lane, "reset", "-q", "--hard", handoff["base_head"])
+            offers[task_id] = os.path.realpath(lane)
+        elif handoff.get("action") == "release":
+            if lane.exists():
+                run_git(root, "worktree", "remove", str(lane))
+        elif handoff["role"] == "executor":
+            path, content = DELIVERIES[task_id]
+            write_file(lane, path, content)
+            try:
+                ReferenceKernel(clock=clock).submit(os.path.realpath(lane), task_id)
+            except KernelError as error:
+                assert "already submitted" in str(error)
+    return offers
+
+
+def run_batch(root: str, lanes: Path, crash_at: int | None) -> tuple[CrashPlan, dict[str, Any]]:
+    """Tick until the batch settles; after a crash, go on with a new engine instance."""
+    plan = CrashPlan(crash_at)
+    clock = SteppingClock()
+    offers: dict[str, str] = {}
+    report: dict[str, Any] = {"batch_state": "running"}
+    observer: Callable[[tuple[str, ...]], None] = lambda args: plan.called("git " + " ".join(args[:2]))
+    git_runner.SPAWN_OBSERVERS.append(observer)
+    try:
+        for _ in range(MAX_TICKS):
+            service = build_engine(root, plan, clock)
+            plan.armed = True
+            try:
+                report = service.tick(SLUG, offers=[LaneOfferInput(task_id=t, path=p) for t, p in offers.items()]).report
+            except SimulatedCrash:
+                offers = {}
+                continue
+            finally:
+                plan.armed = False
+                service.store.close()
+            if report["batch_state"] not in ("running", "rejected"):
+                return plan, report
+            offers = act_on_handoffs(root, lanes, report, clock)
+    finally:
+        git_runner.SPAWN_OBSERVERS.remove(observer)
+    raise AssertionError(f"the batch did not settle in {MAX_TICKS} ticks (crash at {crash_at})")
+
+
+def outcome(root: str, report: dict[str, Any]) -> dict[str, Any]:
+    """What must be the same after every run: states, branch content outside the audit dirs, commit counts."""
+    base = report_base(root)
+    files = git_out(root, "ls-tree", "-r", f"imm/{SLUG}").splitlines()
+    content = sorted(line for line in files if "\t.imm/" not in line)
+    audit_runs = {}
+    for line in files:
+        path = line.split("\t", 1)[1]
+        if path.startswith(".imm/audit/"):
+            task, run = path.split("/")[2:4]
+            audit_runs.setdefault(task, set()).add(run)
+    integrated = [c["task_id"] for c in report["children"] if c["state"] in ("integrated", "released")]
+    subjects = git_out(root, "log", "--format=%s", f"{base}..imm/{SLUG}").splitlines()
+    lanes = {c["task_id"]: c["lane"] for c in report["children"] if c["task_id"] in integrated}
+    lane_commits = {task: git_out(root, "rev-list", "--count", f"{lane['base_head']}..{lane['branch']}")
+                    for task, lane in lanes.items()}
+    return {
+        "batch_state": report["batch_state"],
+        # released is integrated plus the steward's removal of the Lane, whose timing follows the handoffs
+        # a run happened to see; on the batch branch both are the same fact.
+        "states": [(c["task_id"], "integrated" if c["state"] == "released" else c["state"]) for c in report["children"]],
+        "reasons": [(c["task_id"], (c["reason"] or "").split(":")[0]) for c in report["children"]],
+        "content": content,
+        "subjects": sorted(subjects),
+        "audit_runs_per_task": sorted((task, len(runs)) for task, runs in audit_runs.items()),
+        "lane_commits": lane_commits,
+        "commits_recorded": len(report["commits"]),
+    }
+
+
+def report_base(root: str) -> str:
+    return git_out(root, "rev-parse", "main")
+
+
+def check_log(root: str) -> None:
+    """The chain holds, every prefix of the log folds to a valid record, and the files equal the rebuild."""
+    from tools.compose import build_service
+
+    service = build_service(root)
+    try:
+        batch_id = service.initiative(SLUG).current.batch_id
+        events = service.store.events(batch_id)
+        assert verify_chain(events) == []
+        for version in range(1, len(events) + 1):
+            record = fold_record(events[:version])
+            validate_record(record, batch_id)
+        assert drift(root, documents_of(service.store.batch(batch_id))) == []
+    finally:
+        service.store.close()
+
+
+@pytest.fixture(scope="module")
+def reference(template: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any]]:
+    work = tmp_path_factory.mktemp("uninterrupted")
+    root = copy_repository(template, work)
+    plan, report = run_batch(root, work / "lanes", None)
+    check_log(root)
+    expected = outcome(root, report)
+    assert expected["batch_state"] == "needs_human"
+    assert dict(expected["states"]) == {"p1": "integrated", "p2": "integrated", "dep": "integrated",
+                                        "zbad": "needs_human"}
+    assert dict(expected["reasons"])["zbad"] == "batch_integration_check_failed"
+    return plan.calls, expected
+
+
+def test_the_uninterrupted_run_settles_as_designed(reference):
+    calls, expected = reference
+    assert calls > 20
+    assert expected["subjects"] == ["imm(dep): Deliver dep", "imm(p1): Deliver p1", "imm(p2): Deliver p2"]
+    assert expected["lane_commits"] == {"p1": "1", "p2": "1", "dep": "1"}
+
+
+def check_crash(template: str, crash_at: int, work: str, expected: dict[str, Any]) -> str | None:
+    """One run with a crash after call `crash_at`; None when it converged, else what differed."""
+    root = copy_repository(Path(template), Path(work))
+    try:
+        plan, report = run_batch(root, Path(work) / "lanes", crash_at)
+        # The last few calls may not recur: a probe of git's merge-tree options runs once per process.
+        assert plan.fired or plan.calls < crash_at, "the crash never happened"
+        got = outcome(root, report)
+        assert got == expected, {key: (got[key], expected[key]) for key in got if got[key] != expected[key]}
+        check_log(root)
+        return None
+    except AssertionError as error:
+        return f"crash at call {crash_at}: {error}"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check_crashes(template: str, crash_points: list[int], work: str, expected: dict[str, Any]) -> list[str]:
+    return [failure for k in crash_points
+            if (failure := check_crash(template, k, os.path.join(work, f"k{k}"), expected)) is not None]
+
+
+def test_a_crash_at_any_call_converges_to_the_same_end(template, reference, tmp_path):
+    """Every k from 1 to the number of calls of the uninterrupted run; failures are listed together.
+
+    The runs go to two fresh worker processes (the machine has two cores): each git spawn
+    forks the interpreter, which costs far less in a small worker than in pytest's process.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    calls, expected = reference
+    points = list(range(1, calls + 1))
+    chunks = [points[index::2] for index in range(2)]
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        results = pool.map(check_crashes, [str(template)] * 2, chunks, [str(tmp_path)] * 2, [expected] * 2)
+        failures = sorted((failure for chunk in results for failure in chunk),
+                          key=lambda text: int(text.split()[3].rstrip(":")))
+    assert failures == [], "\n".join(failures)
