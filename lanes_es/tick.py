@@ -455,7 +455,7 @@ class LaneTick:
             if out_of_bounds:
                 return out_of_bounds
             confirmation_ref = f"delegated-batch:{self.record['batch_id']}@{grant['confirmation_time']}"
-            from_revision, to_revision, content_hash = self.ports.revisions.apply(
+            from_revision, to_revision, content_hash = self.ports.revisions.apply_delegated_revision(
                 child["lane"]["path"], request.task_id, request.next_intent, confirmation_ref, self.now)
         except (PortError, ValueError) as error:
             return str(error)

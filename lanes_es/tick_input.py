@@ -82,8 +82,8 @@ class Revisions(Protocol):
     def current_intent(self, lane_path: str, task_id: str) -> dict[str, Any] | None:
         """The Lane TaskRecord's intent_snapshot, or None."""
 
-    def apply(self, lane_path: str, task_id: str, next_intent: dict[str, Any], confirmation_ref: str,
-              now: str) -> tuple[int, int, str]:
+    def apply_delegated_revision(self, lane_path: str, task_id: str, next_intent: dict[str, Any],
+                                 confirmation_ref: str, now: str) -> tuple[int, int, str]:
         """Apply a delegated breaking revision in the Lane: (from_revision, to_revision, content_hash)."""
 
 

@@ -342,10 +342,13 @@ def _add_rebuild(commands: Any) -> None:
 
 def _rebuild(args: argparse.Namespace) -> int:
     if args.from_export:
-        from lanes_es.audit.export import rebuild_from_export
+        from lanes_es.audit.export import ExportError, rebuild_from_export
         from tools.compose import locate_repository
 
-        written = rebuild_from_export(args.from_export, locate_repository(args.root).root)
+        try:
+            written = rebuild_from_export(args.from_export, locate_repository(args.root).root)
+        except ExportError as error:
+            raise ServiceError("invalid_export", str(error)) from None
         for path in written:
             print(f"wrote {path}")
         return 0
