@@ -1,10 +1,11 @@
 """`lanes-es demo`: a whole batch on a fresh repository, with the demo playing steward and Executor.
 
 It writes a small Initiative (six tasks with dependencies, two with overlapping scopes),
-confirms it, and ticks until the batch completes: provisioning a worktree for each
-provision handoff, editing inside the task's scope and submitting for each executor
-handoff, and removing a Lane for each release handoff. It then prints the batch
-branch's commits, the final report's summary and the result of `rebuild --check`.
+confirms it, and runs the autopilot (`lanes-es run`) with a scripted Executor until the
+batch completes: a worktree for each provision handoff, an Executor process in each Lane
+that edits inside its task's scope and runs `lanes-es task submit`, a Lane removed on each
+release handoff. It then prints the batch branch's commits, the final report's summary
+and the result of `rebuild --check`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any, Callable
 from lanes_es.adapters.git import git
 
 SLUG = "demo"
-MAX_TICKS = 60
 
 # task id -> (slice, blocked_by, scope, goal, file, content)
 TASKS: dict[str, tuple[str, list[str], list[str], str, str, str]] = {
@@ -102,91 +102,44 @@ def make_repository(root: Path) -> None:
     git(str(root), "commit", "-q", "-m", "Demo base: an Initiative and its intents")
 
 
-def deliver(lane: Path, task_id: str) -> None:
-    """The scripted Executor: an edit inside the task's scope."""
-    _, _, _, _, path, content = TASKS[task_id]
-    target = lane / path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    previous = target.read_text() if target.exists() else ""
-    target.write_text(previous + content)
-
-
 def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], None] = print) -> int:
+    """Make the repository, then let the autopilot play Parent, steward and (scripted) Executor to the end."""
+    from tools.autopilot import run_autopilot
     from tools.cli import main as cli
+    from tools.compose import build_service
 
     base = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="lanes-es-demo-"))
     repo, lanes = base / "repo", base / "lanes"
     make_repository(repo)
     out(f"demo repository: {repo}")
-
-    def run(*args: str) -> tuple[int, str]:
-        import contextlib
-        import io
-
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            code = cli(["--root", str(repo), *args])
-        return code, buffer.getvalue()
-
-    code, output = run("plan", SLUG)
-    out(output.rstrip())
-    code, batch_id = run("authorize", SLUG, "--max-parallel", str(max_parallel), "--yes")
-    if code != 0:
-        out("authorize failed")
-        return code
-    batch_id = batch_id.strip()
-    out(f"authorized {batch_id} (max_parallel {max_parallel})")
-    offers: list[str] = []
-    report: dict[str, Any] = {}
-    for number in range(1, MAX_TICKS + 1):
-        args = ["tick", SLUG, "--json"] + [f"--offer={offer}" for offer in offers]
-        code, output = run(*args)
-        report = json.loads(output)
-        states = ", ".join(f"{c['task_id']}={c['state']}" for c in report["children"])
-        out(f"tick {number}: {report['batch_state']}: {states}")
-        if report["batch_state"] != "running":
-            break
-        offers = steward_and_executor(repo, lanes, report, out)
-    if report.get("batch_state") != "completed":
-        out(f"the batch stopped as {report.get('batch_state')}: {report.get('reason')}")
-        return 3
+    out(f"Initiative docs/initiatives/{SLUG}.md: {len(TASKS)} tasks; guide-intro and guide-usage share "
+        f"docs/guide.md, so they run one after the other")
+    service = build_service(repo)
+    hints = {task_id: {"path": spec[4], "content": spec[5]} for task_id, spec in TASKS.items()}
+    code = run_autopilot(service, SLUG, max_parallel, lanes, [sys.executable, "-P", "-m", "tools.example_executor"],
+                         yes=True, out=out, executor_env={"LANES_ES_EXECUTOR_HINT": json.dumps(hints)})
+    batch = service.active_batch(SLUG)
+    if code != 0 or batch is None or batch.batch_state != "completed":
+        out(f"the batch did not complete (exit {code})")
+        return code or 3
     out("")
-    out(f"batch branch imm/{SLUG}:")
-    base_head = json.loads(run("status", SLUG, "--json")[1])["base_head"]
-    out(git(str(repo), "log", "--format=%h %s", f"{base_head}..imm/{SLUG}").text)
+    out(f"batch branch imm/{SLUG} ({len(batch.record['commits'])} commits, oldest last):")
+    out(git(str(repo), "log", "--format=  %h %s", f"{batch.record['base_head']}..imm/{SLUG}").text)
+    report = batch.report or {}
     out("")
-    out(f"final report: {report['batch_state']}: {report['reason']}")
-    out(f"  {len(report['commits'])} commits, {len(report['children'])} children")
-    code, output = run("rebuild", batch_id, "--check")
-    out(f"rebuild --check: {output.strip()} (exit {code})")
-    return 0 if code == 0 else 1
+    out(f"final report: {report.get('batch_state')}: {report.get('reason')}")
+    out(f"  .imm/state/batches/{batch.id}.report.json")
 
+    import contextlib
+    import io
 
-def steward_and_executor(repo: Path, lanes: Path, report: dict[str, Any], out: Callable[[str], None]) -> list[str]:
-    """Act on each handoff as a person would; returns the Lanes to offer on the next tick."""
-    from tools.cli import main as cli
-
-    offers: list[str] = []
-    for handoff in report["handoffs"]:
-        task_id = handoff["task_id"]
-        lane = lanes / task_id
-        if handoff["role"] == "lane-steward" and handoff["action"] == "provision":
-            if lane.exists():
-                git(str(repo), "worktree", "remove", str(lane))
-            lanes.mkdir(parents=True, exist_ok=True)
-            git(str(repo), "worktree", "add", "-q", "-b", handoff["lane_branch"], str(lane), handoff["base_head"])
-            offers.append(f"{task_id}={lane}")
-            out(f"  steward: provisioned {lane} on {handoff['lane_branch']}")
-        elif handoff["role"] == "lane-steward" and handoff["action"] == "release":
-            git(str(repo), "worktree", "remove", str(lane))
-            out(f"  steward: released {lane}")
-        elif handoff["role"] == "executor":
-            deliver(lane, task_id)
-            code = cli(["--root", str(lane), "task", "submit"])
-            out(f"  executor: delivered {task_id} and submitted (exit {code})")
-    return offers
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        check = cli(["--root", str(repo), "rebuild", batch.id, "--check"])
+    out(f"rebuild --check: {buffer.getvalue().strip()} (exit {check})")
+    out(f"audit it: lanes-es --root {repo} verify {batch.id}")
+    return 0 if check == 0 else 1
 
 
 if __name__ == "__main__":
     sys.exit(run_demo(sys.argv[1] if len(sys.argv) > 1 else None))
-
