@@ -12,7 +12,6 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from lanes_es.adapters.store import EventStore, StoreConflict

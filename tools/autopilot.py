@@ -805,11 +805,13 @@ def nothing_to_run(service: LanesService, slug: str, out: Out) -> int:
 
 
 def register(commands: Any) -> None:
+    from tools.cli import positive_int
+
     command = commands.add_parser("run", help="the autopilot: run an Initiative's batch to the end",
                                   description=RUN_DESCRIPTION, epilog=RUN_EPILOG,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     command.add_argument("slug", metavar="SLUG", help="the Initiative (docs/initiatives/SLUG.md)")
-    command.add_argument("--max-parallel", type=_positive, required=True, metavar="N", help="Lanes in flight at once")
+    command.add_argument("--max-parallel", type=positive_int, required=True, metavar="N", help="Lanes in flight at once")
     command.add_argument("--lanes-dir", required=True, metavar="DIR",
                          help="where Lanes are made, one per task as DIR/TASK (outside the coordinator checkout)")
     command.add_argument("--executor", required=True, metavar="CMD",
@@ -818,16 +820,6 @@ def register(commands: Any) -> None:
     command.add_argument("--poll", type=_seconds, default=1.0, metavar="SECONDS",
                          help="how often to look at the running Executors (default 1)")
     command.set_defaults(func=_run)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a positive integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("expected a positive integer")
-    return value
 
 
 def _seconds(text: str) -> float:

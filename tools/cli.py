@@ -141,10 +141,10 @@ def _add_authorize(commands: Any) -> None:
                     "(needs_human) or still running, this is a fresh confirmation of that same batch; otherwise a "
                     "new batch id is minted from the current plan and HEAD.")
     command.add_argument("slug", metavar="SLUG")
-    command.add_argument("--max-parallel", type=_positive, default=None, help="Lanes in flight at once (default 1)")
-    command.add_argument("--max-children", type=_positive, default=None,
+    command.add_argument("--max-parallel", type=positive_int, default=None, help="Lanes in flight at once (default 1)")
+    command.add_argument("--max-children", type=positive_int, default=None,
                          help="children this authorization may start (default: every enrollable child)")
-    command.add_argument("--qa-failure-limit", type=_positive, default=None, help="QA failures per child before "
+    command.add_argument("--qa-failure-limit", type=positive_int, default=None, help="QA failures per child before "
                          "the coordinator is asked for a correction (default 2)")
     command.add_argument("--final-verification", action="append", metavar="CMD", default=None,
                          help="a plain-argv command run on the batch branch before completion (1 to 8; repeatable)")
@@ -155,7 +155,8 @@ def _add_authorize(commands: Any) -> None:
     command.set_defaults(func=_authorize)
 
 
-def _positive(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse type: a positive integer, or a clear usage error."""
     try:
         value = int(text)
     except ValueError:

@@ -17,6 +17,7 @@ import time
 
 from lanes_es.adapters.git import git
 from lanes_es.ports import CommandResult
+from lanes_es.adapters.processes import kill_group
 
 DEFAULT_TIMEOUT_MS = 1_800_000  # upstream's DEFAULT_TIMEOUT_MS: 30 minutes per command
 
@@ -41,7 +42,7 @@ def run_command(root: str, command: str, timeout_ms: int) -> CommandResult:
     try:
         code = process.wait(timeout=timeout_ms / 1000)
     except subprocess.TimeoutExpired:
-        _kill_group(process)
+        kill_group(process)
         return _result(command, None, "timeout", started)
     if code < 0:  # ended by a signal it did not catch
         return _result(command, None, _signal_name(-code), started)
@@ -53,13 +54,6 @@ def _result(command: str, exit_code: int | None, signal_name: str | None, starte
                          duration_ms=int((time.monotonic() - started) * 1000))
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the command and anything it started (it leads its own session), then reap it."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
 
 
 def _signal_name(number: int) -> str:

@@ -18,7 +18,6 @@ import os
 import secrets
 import selectors
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ import msgspec
 
 from lanes_es.adapters.git import git
 from lanes_es.domain.descriptor import CommandSpec, parse_verification_descriptor
+from lanes_es.adapters.processes import kill_group
 
 VERDICT_CONTRACT = "assurance_kernel/assurance_verdict/v2"
 OUTPUT_TAIL_BYTES = 400
@@ -254,18 +254,11 @@ def _supervise(process: subprocess.Popen[bytes], command: CommandSpec) -> str | 
         except subprocess.TimeoutExpired:
             return f"timed out after {command.timeout_ms} ms"
     finally:
-        _kill_group(process)
+        kill_group(process)
         process.stdout.close()
     return _exit_reason(command.executable, code, tail)
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the command's whole process group (it is its own session leader), then reap it."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
 
 
 def _exit_reason(executable: str, code: int, tail: bytes) -> str | None:
