@@ -15,6 +15,8 @@ Lifecycle of a task record (`<lifecycle>:<artifact_state>` in its history):
     qa pass  routine: complete; material: a Review opens (review_ready) until a verdict
     complete active:frozen -> done:frozen     the audit pair is written, the claim released
     stop     active:*      -> stopped:frozen  (advance: stopped)
+    revise   active:*      -> active:*        a delegated breaking revision (ADR 0018): the
+                                              intent snapshot and the staged sidecar change
 
 A refusal raises KernelError and writes nothing; every check runs before the first write.
 Store conditions read as "kernel store ..." so the tick reports them as upstream does.
@@ -34,7 +36,7 @@ from typing import Any, Callable
 import msgspec
 
 from lanes_es.adapters.batch_git import SettledEvidence
-from lanes_es.adapters.git import git_ok
+from lanes_es.adapters.git import git, git_ok
 from lanes_es.adapters.qa import Finding, Verdict, run_acceptance_on_worktree
 from lanes_es.domain.audit_pair import (
     AUDIT_DIR,
@@ -42,6 +44,7 @@ from lanes_es.domain.audit_pair import (
     RECORD_FILE,
     TASK_RECORD_CONTRACT,
     audit_paths,
+    canonical_bytes,
     normalize_tombstone,
     task_record_bytes,
     terminal_event_id,
@@ -52,13 +55,14 @@ from lanes_es.domain.authority import AuthorizationError
 from lanes_es.domain.ids import format_timestamp, is_valid_id
 from lanes_es.domain.intent import canonical_intent_hash, parse_task_intent
 from lanes_es.domain.jstext import parse_json
-from lanes_es.ports import AdvanceResult, KernelError, TaskProjection, Tombstone
+from lanes_es.ports import AdvanceResult, KernelError, PortError, TaskProjection, Tombstone
 
 STORE_DIR = ".imm/state/kernel"
 CLAIM_CONTRACT = "lanes_es/lane_claim/v1"
 MAX_INTENT_BYTES = 64 * 1024
 MAX_STORE_FILE_BYTES = 4 * 1024 * 1024
 NO_STATE = "none"
+DELEGATED_ACTOR_ID = "batch-coordinator"  # the actor of an approval the batch confirmation delegated
 
 
 def system_clock() -> str:
@@ -93,6 +97,14 @@ class Review(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     text: str | None = None
 
 
+class Authority(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Who approved a change on the user's behalf: a delegated approval names the batch confirmation."""
+
+    authority_kind: str
+    actor_id: str
+    confirmation_ref: str
+
+
 class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     type: str
     at: str
@@ -105,6 +117,9 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     verdict: str | msgspec.UnsetType = msgspec.UNSET
     text: str | msgspec.UnsetType = msgspec.UNSET
     reason: str | msgspec.UnsetType = msgspec.UNSET
+    authority: Authority | msgspec.UnsetType = msgspec.UNSET
+    from_revision: int | msgspec.UnsetType = msgspec.UNSET
+    to_revision: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -265,6 +280,52 @@ class ReferenceKernel:
         proof = normalize_tombstone(proof)
         return Tombstone(task_id=proof["task_id"], lifecycle_status=proof["lifecycle_status"],
                          terminal_lifecycle=proof["terminal_lifecycle"], terminal_event_id=proof["terminal_event_id"])
+
+    # ------------------------------------------------------------ delegated Intent revisions (ADR 0018)
+
+    def current_intent(self, lane_path: str, task_id: str) -> dict[str, Any] | None:
+        """The intent the Lane's task record runs under (its intent_snapshot); None without a record."""
+        _check_task_id(task_id)
+        record = LaneStore(lane_path).read_record(task_id)
+        return None if record is None else dict(record.intent_snapshot)
+
+    def apply_delegated_revision(self, lane_path: str, task_id: str, next_intent: dict[str, Any],
+                                 confirmation_ref: str, now: str) -> tuple[int, int, str]:
+        """Approve a breaking revision in the Lane on the user's behalf (contracts §9.6 step 5).
+
+        The coordinator has already checked the delegation bounds. Here the Lane must still
+        hold an active run of the task. The revised sidecar is written over the prior one and
+        staged, so the lane commit carries it to the batch branch, where the reseal finds it;
+        then the record takes the new intent with an approval naming the batch confirmation.
+        A failure before the record is written puts the prior sidecar bytes back.
+        Returns (from_revision, to_revision, intent_content_hash).
+        """
+        _check_task_id(task_id)
+        store = LaneStore(lane_path)
+        record = _active_run(store, task_id)
+        intent = _parsed_next_intent(task_id, next_intent)
+        path = record.intent_ref.path
+        sidecar, prior, mode = _prior_sidecar(lane_path, task_id, path)
+        content_hash = canonical_intent_hash(intent)
+        authority = Authority(authority_kind="user", actor_id=DELEGATED_ACTOR_ID, confirmation_ref=confirmation_ref)
+        revised = _moved(record, now, "approve_breaking_intent_revision", authority=authority,
+                         from_revision=record.intent_ref.revision, to_revision=intent["revision"])
+        revised = msgspec.structs.replace(revised, intent_snapshot=intent, intent_ref=IntentRef(
+            path=path, revision=intent["revision"], content_hash=content_hash))
+        try:
+            write_atomic(sidecar, canonical_bytes(intent), store.directory, mode=mode)
+            git(lane_path, "add", "--", path)
+            if store.require_record(task_id).record_revision != record.record_revision:
+                raise KernelError(f"the task record of {task_id} changed while the revision was applied; "
+                                  "nothing was approved")
+            store.write_record(revised)
+        except OSError as error:
+            _put_back_sidecar(store, path, sidecar, prior, mode)
+            raise KernelError(f"the delegated revision of {task_id} was not applied: {error.strerror or error}") from None
+        except BaseException:
+            _put_back_sidecar(store, path, sidecar, prior, mode)
+            raise
+        return record.intent_ref.revision, intent["revision"], content_hash
 
     # ------------------------------------------------------------ Executor side (inside the Lane)
 
@@ -439,6 +500,50 @@ def _executor_record(store: LaneStore, claim: Claim | None, task_id: str | None)
         raise KernelError(f"task {task_id} is not enrolled in the Lane at {store.lane_path}; the coordinator "
                           "enrolls it on its next tick")
     return record
+
+
+# ---------------------------------------------------------------- delegated revision helpers
+
+
+def _active_run(store: LaneStore, task_id: str) -> TaskRecord:
+    """The task's record, when the Lane's claim names this task and this run and the run is active."""
+    claim = store.read_claim()
+    record = store.read_record(task_id)
+    if (claim is None or record is None or claim.task_id != task_id or claim.run_id != record.run_id
+            or record.lifecycle != "active"):
+        raise KernelError(f"the Lane at {store.lane_path} holds no active run of {task_id}")
+    return record
+
+
+def _parsed_next_intent(task_id: str, next_intent: dict[str, Any]) -> dict[str, Any]:
+    try:
+        intent = parse_task_intent(next_intent)
+    except ValueError as error:
+        raise KernelError(f"invalid next intent: {error}") from None
+    if intent["task_id"] != task_id:
+        raise KernelError(f"invalid next intent: it names task {intent['task_id']}, not {task_id}")
+    return intent
+
+
+def _prior_sidecar(lane_path: str, task_id: str, path: str) -> tuple[str, bytes, int]:
+    """The Lane's sidecar the record was enrolled from: its full path, bytes and permission bits."""
+    if path not in (f"docs/plans/{task_id}.intent.json", f"docs/plans/archive/{task_id}.intent.json"):
+        raise KernelError(f"intent path {path} of {task_id} is not a TaskIntent sidecar path")
+    _no_symlink_parents(lane_path, os.path.dirname(path), "intent")
+    sidecar = os.path.join(lane_path, path)
+    prior = _read_regular(sidecar, MAX_INTENT_BYTES)
+    if prior is None:
+        raise KernelError(f"the Lane has no intent sidecar {path} for {task_id}")
+    return sidecar, prior, stat.S_IMODE(os.stat(sidecar).st_mode)
+
+
+def _put_back_sidecar(store: LaneStore, path: str, sidecar: str, prior: bytes, mode: int) -> None:
+    """Best effort: the prior bytes in the worktree and the index, so the Lane is as it was."""
+    try:
+        write_atomic(sidecar, prior, store.directory, mode=mode)
+        git_ok(store.lane_path, "add", "--", path)
+    except (OSError, PortError):
+        pass  # the original error is the one to report
 
 
 # ---------------------------------------------------------------- enrollment checks
