@@ -1,0 +1,73 @@
+"""The command line as a user meets it: help that answers, refusals that say what to do, tick statistics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.engine import Engine, Task
+from tools.cli import build_parser, main
+
+COMMANDS = ["plan", "authorize", "tick", "status", "rebuild", "retire", "task", "replay", "verify", "export",
+            "audit", "demo", "bench", "run", "mcp"]
+
+
+def test_top_level_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for command in COMMANDS:
+        assert command in text
+    assert "Exit codes" in text
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_command_explains_itself(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) >= 3
+
+
+def test_tick_before_authorize_names_the_next_step(tmp_path, capsys):
+    engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])})
+    assert main(["--root", engine.root, "tick", engine.slug]) == 2
+    assert f"lanes-es authorize {engine.slug}" in capsys.readouterr().err
+
+
+def test_invalid_tick_input_is_refused_before_anything_is_read(tmp_path, capsys):
+    engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])})
+    engine.authorize()
+    assert main(["--root", engine.root, "tick", engine.slug, "--max-parallel", "0"]) == 2
+    assert "invalid max_parallel: expected a positive integer" in capsys.readouterr().err
+    assert main(["--root", engine.root, "tick", engine.slug, "--offer", "task-a=relative/path"]) == 2
+    assert "invalid lane_offers: path must be an absolute path" in capsys.readouterr().err
+    assert not (tmp_path / "repo" / ".imm" / "state" / "batches").exists()
+
+
+def test_outside_a_repository_the_message_says_where_to_run(tmp_path, capsys):
+    assert main(["--root", str(tmp_path), "plan", "x"]) == 2
+    assert "not inside a git repository" in capsys.readouterr().err
+
+
+def test_stats_file_gets_one_line_per_tick(tmp_path, monkeypatch, capsys):
+    stats = tmp_path / "stats.jsonl"
+    monkeypatch.setenv("LANES_ES_STATS", str(stats))
+    engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])})
+    engine.authorize()
+    assert main(["--root", engine.root, "tick", engine.slug, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["batch_state"] == "running"
+    lines = stats.read_text().splitlines()
+    assert len(lines) == 1
+    line = json.loads(lines[0])
+    assert set(line) == {"git_spawns", "git_seconds", "store_seconds", "kernel_seconds", "total_seconds",
+                         "events_appended"}
+    assert line["git_spawns"] > 0 and line["events_appended"] == 2
+
+
+def test_parser_builds_without_optional_modules_missing():
+    parser = build_parser()
+    assert parser.prog == "lanes-es"
