@@ -1,0 +1,96 @@
+"""Lane leak restore on real repositories (issue 3): bytes a Lane wrote into the coordinator
+checkout by mistake are restored with a reversible backup and recorded in `restores`
+(LANE-LEAK-03); nothing is touched when any path's origin is unknown, `.imm/` is never
+restored, and staged user work is never a Lane write (LANE-LEAK-06)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tests.engine import Engine, Task
+from tests.engine_more import enroll, make_engine, state_bytes
+from tests.gitfixtures import git_out, porcelain, run_git, write_file
+
+LEAKS = {"a.txt": "lane a\n", "base.txt": "lane edit\n"}
+
+
+def leaking_lane(tmp_path: Path) -> Engine:
+    """task-a enrolled; its Lane holds a new a.txt and an edited base.txt, and the same bytes leaked
+    into the coordinator checkout (an Executor that wrote to the wrong directory)."""
+    engine = make_engine(tmp_path, {"task-a": Task(["a.txt", "base.txt"])})
+    engine.authorize()
+    enroll(engine, "task-a")
+    for path, content in LEAKS.items():
+        write_file(engine.lane("task-a"), path, content)
+        write_file(engine.root, path, content)
+    return engine
+
+
+def test_lane_bytes_leaked_into_the_coordinator_are_restored_with_a_reversible_backup(tmp_path):  # LANE-LEAK-03
+    engine = leaking_lane(tmp_path)
+    report = engine.tick()
+    assert porcelain(engine.root) == ""
+    assert Path(engine.root, "base.txt").read_text() == "base\n"
+    assert not Path(engine.root, "a.txt").exists()
+    [restore] = engine.batch.record["restores"]
+    assert sorted((p["path"], p["kind"], p["lane_task_id"]) for p in restore["paths"]) == [
+        ("a.txt", "untracked", "task-a"), ("base.txt", "modified", "task-a")]
+    stamp = "".join(ch for ch in restore["at"] if ch.isdigit() or ch in "TZ")
+    assert restore["backup"] == f".imm/state/batches/restores/{engine.batch.id}/{stamp}"
+    backup = Path(engine.root, restore["backup"])
+    assert {path: (backup / "files" / path).read_text() for path in LEAKS} == LEAKS
+    assert "+lane edit" in (backup / "restore.patch").read_text()
+    manifest = json.loads((backup / "restore.json").read_text())
+    assert manifest == {"at": restore["at"], "backup": restore["backup"], "paths": restore["paths"],
+                        "undo": "copy each file under files/ back to the same repository path"}
+    assert report["restores"] == engine.batch.record["restores"]
+    # the Lane keeps its own work, and the Executor's delivery goes on to integration
+    assert {path: Path(engine.lane("task-a"), path).read_text() for path in LEAKS} == LEAKS
+    engine.submit("task-a")
+    report = engine.tick()
+    assert report["batch_state"] == "completed"
+    assert git_out(engine.root, "show", f"imm/{engine.slug}:base.txt") == "lane edit"
+    # the undo the manifest names gives the leaked bytes back
+    for path in LEAKS:
+        shutil.copy(backup / "files" / path, Path(engine.root, path))
+    assert Path(engine.root, "a.txt").read_text() == "lane a\n"
+
+
+def dot_imm(engine: Engine) -> None:
+    write_file(engine.root, ".imm/notes.txt", "lane a\n")
+
+
+def unknown_origin(engine: Engine) -> None:
+    write_file(engine.root, "stray.txt", "the user's own file\n")
+
+
+def staged_user_work(engine: Engine) -> None:
+    run_git(engine.root, "add", "--", "base.txt")
+
+
+def not_the_lanes_bytes(engine: Engine) -> None:
+    write_file(engine.root, "base.txt", "the user's edit\n")
+
+
+@pytest.mark.parametrize("dirty", [dot_imm, unknown_origin, staged_user_work, not_the_lanes_bytes])
+def test_nothing_is_touched_when_any_path_is_not_provably_a_lanes(tmp_path, dirty: Callable[[Engine], None]):
+    # LANE-LEAK-06
+    engine = leaking_lane(tmp_path)
+    dirty(engine)
+    status = porcelain(engine.root)
+    files = {path: Path(engine.root, path).read_bytes() for path in ("a.txt", "base.txt")}
+    cached = git_out(engine.root, "diff", "--cached", "--name-only")
+    before = state_bytes(engine)
+    report = engine.tick()
+    assert report["batch_state"] == "running"
+    assert porcelain(engine.root) == status
+    assert {path: Path(engine.root, path).read_bytes() for path in files} == files
+    assert git_out(engine.root, "diff", "--cached", "--name-only") == cached
+    assert "restores" not in engine.batch.record and "restores" not in report
+    assert not Path(engine.root, ".imm/state/batches/restores").exists()
+    assert state_bytes(engine) == before
