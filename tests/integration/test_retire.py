@@ -1,0 +1,123 @@
+"""`retire` (upstream's retire_stale_batch) on real repositories (issue 3): the active batch
+becomes `superseded` with a report without handoffs (LANE-REC-04), refused while a child is in
+flight (LANE-REC-05) or when there is no active batch; also through `lanes-es retire SLUG --yes`."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from lanes_es.adapters.kernel import ReferenceKernel
+from lanes_es.domain.report import TERMINAL_NEXT_ACTIONS
+from lanes_es.service import ServiceError
+from projections.files import report_path, state_path
+from tests.engine import Engine, Task
+from tests.engine_more import batch_files, claim_path, enroll, make_engine, state_bytes
+
+
+def parked_trio(tmp_path) -> Engine:
+    """s1 integrated, s2 parked (its claim lost), s3 blocked by s2; max_parallel 3, as upstream's fixture."""
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"]), "s2": Task(["two.txt"]),
+                                    "s3": Task(["three.txt"], blocked_by=["s2"])})
+    engine.authorize(max_parallel=3)
+    enroll(engine, "s1", "s2")
+    engine.deliver("s1", "one.txt", "1\n")
+    claim_path(engine, "s2").unlink()
+    report = engine.tick()
+    assert report["batch_state"] == "needs_human"
+    assert engine.states() == ["integrated", "needs_human", "skipped_blocked"]
+    return engine
+
+
+def test_a_parked_lane_batch_is_retired_as_superseded_and_stays_v2(tmp_path):  # LANE-REC-04
+    engine = parked_trio(tmp_path)
+    batch_id = engine.batch.id
+    children = engine.batch.record["children"]
+    report = engine.service.retire(engine.slug)
+    assert report["contract"] == "assurance_kernel/batch_run_report/v1"
+    assert (report["batch_id"], report["batch_state"], report["max_parallel"]) == (batch_id, "superseded", 3)
+    assert report["handoffs"] == []
+    assert "explicit literal-user disposition" in report["reason"]
+    assert report["next_action"] == TERMINAL_NEXT_ACTIONS["superseded"]
+    state = json.loads(state_path(engine.root, batch_id).read_text())
+    assert state["contract"] == "assurance_kernel/batch_run_state/v2" and state["batch_state"] == "superseded"
+    assert state["children"] == children  # the Lane bindings, run ids and parks are kept as they were
+    assert [c["lane"]["branch"] if c["lane"] else None for c in state["children"]] == [
+        "imm-lane/initiative-slug/s1", "imm-lane/initiative-slug/s2", None]
+    assert state["children"][0]["lane"]["run_id"].startswith("run-")
+    assert json.loads(report_path(engine.root, batch_id).read_text()) == report
+    # retired: nothing active is left to retire or to tick
+    assert engine.service.active_batch(engine.slug) is None
+    with pytest.raises(ServiceError) as absent:
+        engine.service.retire(engine.slug)
+    assert absent.value.code == "stale_batch_absent"
+    with pytest.raises(ServiceError) as no_tick:
+        engine.service.tick(engine.slug)
+    assert no_tick.value.code == "batch_authorization_invalid"
+
+
+class SimulatedCrash(BaseException):
+    """A power cut: nothing in the engine catches it."""
+
+
+def test_a_child_in_flight_blocks_retirement(tmp_path, monkeypatch):  # LANE-REC-05
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])})
+    engine.authorize(max_parallel=2)
+    report = engine.tick()
+    lanes = {task_id: engine.provision(task_id, report) for task_id in ("s1", "s2")}
+
+    def crash(self, *args, **kwargs):
+        raise SimulatedCrash("after the admission was saved, before the enrollment")
+
+    monkeypatch.setattr(ReferenceKernel, "enroll_task", crash)
+    with pytest.raises(SimulatedCrash):
+        engine.tick(offers=lanes)
+    assert engine.states() == ["lane_admitted", "pending"]
+    before = batch_files(engine)
+    with pytest.raises(ServiceError) as refused:
+        engine.service.retire(engine.slug)
+    assert refused.value.code == "stale_batch_in_flight"
+    assert "still mid-flight" in str(refused.value)
+    assert batch_files(engine) == before
+    monkeypatch.undo()
+    engine.tick(offers={"s2": lanes["s2"]})
+    assert engine.states() == ["enrolled", "enrolled"]
+    with pytest.raises(ServiceError) as refused:
+        engine.service.retire(engine.slug)
+    assert refused.value.code == "stale_batch_in_flight"
+    assert engine.batch.batch_state == "running"
+
+
+def test_without_an_active_batch_there_is_nothing_to_retire(tmp_path):
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
+    with pytest.raises(ServiceError) as never:
+        engine.service.retire(engine.slug)
+    assert never.value.code == "stale_batch_absent"
+    engine.authorize()
+    enroll(engine, "s1")
+    engine.deliver("s1", "one.txt", "1\n")
+    assert engine.tick()["batch_state"] == "completed"
+    completed = state_bytes(engine)
+    with pytest.raises(ServiceError) as terminal:
+        engine.service.retire(engine.slug)
+    assert terminal.value.code == "stale_batch_absent"
+    assert "already completed" in str(terminal.value)
+    assert state_bytes(engine) == completed
+
+
+def test_retire_through_the_cli(tmp_path, capsys, monkeypatch):
+    from tools.cli import main
+
+    engine = parked_trio(tmp_path)
+    parked = batch_files(engine)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # no terminal: nobody to ask
+    assert main(["--root", engine.root, "retire", engine.slug]) == 2
+    assert "confirmation_port_unavailable" in capsys.readouterr().err
+    assert batch_files(engine) == parked
+    assert main(["--root", engine.root, "retire", engine.slug, "--yes", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["batch_state"] == "superseded" and report["handoffs"] == []
+    assert main(["--root", engine.root, "retire", engine.slug, "--yes"]) == 2
+    assert "stale_batch_absent" in capsys.readouterr().err
