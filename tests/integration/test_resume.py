@@ -18,7 +18,7 @@ from lanes_es.tick import LaneTick
 from lanes_es.tick_input import TickInput
 from tests.engine import Task
 from tests.engine_more import (
-    batch_files, claim_path, confirm_again, correction_rounds_then_park, edited, enroll, kernel, lane_record,
+    batch_files, claim_path, commit_in_coordinator, confirm_again, correction_rounds_then_park, edited, enroll, kernel, lane_record,
     make_engine, moved_away, needs_file, record_path, rerun, run_tick, state_bytes, tick_result,
 )
 from tests.gitfixtures import git_out, run_git, write_file
@@ -240,3 +240,46 @@ def test_the_reference_kernel_is_the_revisions_port(tmp_path):
     ports = engine.service.adapters.tick_ports(engine.root, engine.slug)
     assert isinstance(ports.revisions, ReferenceKernel)
     assert ev.DelegatedRevisionApplied  # the event the tick records for each applied revision
+
+
+def test_a_child_parked_at_its_lane_commit_resumes_settled_once_the_lane_is_put_right(tmp_path):
+    """LANE-NH-04 for a done run: the stray out-of-scope file is removed by hand, and the resume
+    commits and integrates the same settled run (state `settled`)."""
+    engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
+    engine.authorize()
+    enroll(engine, "task-a")
+    write_file(engine.lane("task-a"), "stray.txt", "not in scope\n")
+    engine.deliver("task-a", "a.txt", "a\n")
+    report = engine.tick()
+    child = report["children"][0]
+    assert report["batch_state"] == "needs_human" and child["reason"].startswith("dirty_outside_scope")
+    assert child["lane"]["lane_commit"] is None
+    run_id = child["lane"]["run_id"]
+    Path(engine.lane("task-a"), "stray.txt").unlink()
+    confirm_again(engine)
+    report = engine.tick()
+    assert report["batch_state"] == "completed"
+    assert report["children"][0]["lane"]["run_id"] == run_id
+    assert engine.subjects(engine.batch.record["base_head"]) == ["imm(task-a): Deliver task-a"]
+
+
+def test_a_child_parked_at_integration_resumes_with_its_lane_commit_and_no_second_commit(tmp_path):
+    """LANE-NH-04 for a committed run: the user reverts the batch-branch edit that conflicted, and the
+    resume integrates the lane commit it already has (state `lane_committed`)."""
+    engine = make_engine(tmp_path, {"task-a": Task(["base.txt"])})
+    engine.authorize()
+    enroll(engine, "task-a")
+    commit_in_coordinator(engine, "base.txt", "user edit\n")
+    engine.deliver("task-a", "base.txt", "lane edit\n")
+    report = engine.tick()
+    child = report["children"][0]
+    assert child["reason"].startswith("batch_integration_conflict: ")
+    lane_commit = child["lane"]["lane_commit"]
+    commit_in_coordinator(engine, "base.txt", "base\n", "revert the user edit")
+    confirm_again(engine)
+    report = engine.tick()
+    assert report["batch_state"] == "completed"
+    assert report["children"][0]["lane"]["lane_commit"] == lane_commit
+    assert git_out(engine.lane("task-a"), "rev-list", "--count", f"{engine.batch.record['base_head']}..HEAD") == "1"
+    assert git_out(engine.root, "show", f"imm/{engine.slug}:base.txt") == "lane edit"
+    assert engine.subjects(engine.batch.record["base_head"])[0] == "imm(task-a): Deliver task-a"
