@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lanes_es.domain.inputs import parse_lane_revision
 from lanes_es.domain.intent import canonical_intent_hash
 from lanes_es.tick_input import RevisionInput
@@ -82,8 +84,9 @@ def test_an_in_bounds_breaking_revision_is_a_delegated_approval_traceable_to_the
     assert engine.states() == ["enrolled", "pending"]
 
 
-def test_plan_digest_is_resealed_at_integration_for_the_delegated_revision_and_the_batch_goes_on(tmp_path):
-    # LANE-DEL-08
+@pytest.mark.parametrize("fresh_confirmation", [False, True], ids=["same_authorization", "fresh_confirmation"])
+def test_plan_digest_is_resealed_at_integration_for_the_delegated_revision_and_the_batch_goes_on(
+        tmp_path, fresh_confirmation):  # LANE-DEL-08
     engine = delegated_pair(tmp_path)
     old_digest = engine.batch.record["plan_digest"]
     request = revision(engine)
@@ -101,9 +104,10 @@ def test_plan_digest_is_resealed_at_integration_for_the_delegated_revision_and_t
                                                      "intent_content_hash": content_hash}
     assert report["reseals"] == record["reseals"] and report["commits"] == record["commits"]
     assert json.loads(git_out(engine.root, "show", f"imm/{engine.slug}:{SIDECAR}"))["revision"] == 2
-    # a fresh confirmation now confirms the resealed plan, and the dependent runs to completion
+    # a fresh confirmation would confirm the resealed plan; with or without one the dependent runs on
     assert engine.service.confirmation(engine.slug).plan_digest == reseal["to_digest"]
-    confirm_again(engine)
+    if fresh_confirmation:
+        confirm_again(engine)
     report = engine.tick()
     assert report["batch_state"] == "running"
     lane = engine.provision("task-b", report)
