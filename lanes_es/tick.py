@@ -522,8 +522,10 @@ class LaneTick:
             self.batch.settle(self.now, task_id, qa_failures_reset=True)  # type: ignore[union-attr]
             self.persist()
         elif result.state == "review_ready":
-            self.batch.open_review(self.now, task_id, f"review reservation {result.operation_id} open")  # type: ignore[union-attr]
-            self.persist()
+            reason = f"review reservation {result.operation_id} open"
+            if child["reason"] != reason:  # upstream's write is a no-op while the same reservation stays open
+                self.batch.open_review(self.now, task_id, reason)  # type: ignore[union-attr]
+                self.persist()
             self.review_open.append(task_id)
         elif result.state == "rework" and result.operation == "qa":
             self.count_qa_failure(child)

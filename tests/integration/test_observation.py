@@ -129,6 +129,11 @@ def test_open_review_reservations_hold_their_children_while_others_move(tmp_path
     for child, task_id in zip(report["children"][:2], ("task-a", "task-b")):
         operation = lane_record(engine, task_id)["review"]["operation_id"]
         assert child["reason"] == f"review reservation {operation} open"
+    # while the reservations stay open, a tick reports them again and writes nothing (upstream's
+    # write is a no-op when the record is unchanged)
+    before = state_bytes(engine)
+    assert engine.tick()["reason"] == "children task-a, task-b hold open Review reservations"
+    assert state_bytes(engine) == before
     kernel(engine).review(engine.lane("task-a"), approve=True)
     report = engine.tick()
     assert engine.states() == ["integrated", "enrolled", "integrated"]
