@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, Callable, TextIO
 import msgspec
 
 from lanes_es.audit.chain import chain_head, verify_stored
-from lanes_es.audit.export import ExportError, export_lines, read_export, write_export
+from lanes_es.audit.export import ExportError, read_export_log, stored_lines, write_lines
 from lanes_es.audit.replay import ReplayRangeError, ReplayResult, TerminalProgress, replay
 from lanes_es.audit.verify import VerifyReport, verify_batch, verify_export_events
 from lanes_es.domain.ids import is_valid_id
@@ -114,15 +114,19 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def load_batch(store: Any, batch_id: str) -> tuple[list[Any], list[Any]]:
-    """The decoded events of a batch and the breaks seen in its stored rows."""
+    """The decoded events of a batch and the breaks seen in its stored rows and their chain."""
+    return verify_stored(load_rows(store, batch_id))
+
+
+def load_rows(store: Any, batch_id: str) -> list[Any]:
+    """The stored rows of a batch, as written."""
     if not is_valid_id(batch_id):
         raise ServiceError("invalid_input", f"{batch_id!r} is not a batch id")
     rows = store.stored_events(batch_id)
     if not rows:
         raise ServiceError("batch_not_found", f"the store has no batch {batch_id}; `lanes-es status SLUG` names "
                                               f"an Initiative's batch")
-    events, breaks = verify_stored(rows)
-    return events, breaks
+    return rows
 
 
 # ---------------------------------------------------------------- replay
@@ -131,27 +135,19 @@ def load_batch(store: Any, batch_id: str) -> tuple[list[Any], list[Any]]:
 def replay_command(store: Any, batch_id: str, at_version: int | None = None, as_json: bool = False,
                    out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
-    events, row_breaks = load_batch(store, batch_id)
+    events, stored_breaks = load_batch(store, batch_id)
     progress = TerminalProgress(stream=err)
     try:
-        result = replay(events, at_version, progress=progress)
+        result = replay(events, at_version, progress=progress, chain_breaks=stored_breaks)
     except ReplayRangeError as error:
         raise ServiceError("invalid_input", str(error)) from None
     finally:
         progress.finish()
-    failures = [*(_row_failure(found) for found in row_breaks
-                  if at_version is None or found.version <= at_version), *result.failures]
     if as_json:
-        document = msgspec.to_builtins(result)
-        document["failures"] = failures
-        out.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        out.write(json.dumps(msgspec.to_builtins(result), indent=2, ensure_ascii=False) + "\n")
     else:
-        _print_replay(result, failures, at_version is not None, out)
-    return EXIT_OK if not failures else EXIT_FAILED
-
-
-def _row_failure(found: Any) -> dict[str, Any]:
-    return {"version": found.version, "rule": found.rule, "message": found.message}
+        _print_replay(result, result.failures, at_version is not None, out)
+    return EXIT_OK if result.ok else EXIT_FAILED
 
 
 def _print_replay(result: ReplayResult, failures: list[Any], show_record: bool, out: TextIO) -> None:
@@ -162,8 +158,7 @@ def _print_replay(result: ReplayResult, failures: list[Any], show_record: bool, 
             previous_at = step.at
         out.write(step_text(step) + "\n")
     for failure in failures:
-        shown = failure if isinstance(failure, dict) else msgspec.to_builtins(failure)
-        out.write(f"FAIL version {shown['version']}: {shown['rule']}: {shown['message']}\n")
+        out.write(f"FAIL {failure.describe()}\n")
     if result.checks_stopped_at is not None:
         out.write(f"(state checks stopped after version {result.checks_stopped_at}: the record after it is not "
                   f"trustworthy)\n")
@@ -195,10 +190,10 @@ def _fact(value: Any) -> str:
 def verify_command(store: Any, root: Path, batch_id: str, as_json: bool = False, out: TextIO | None = None,
                    err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
-    events, row_breaks = load_batch(store, batch_id)
+    events, stored_breaks = load_batch(store, batch_id)
     progress = TerminalProgress(stream=err, label="verifying")
     try:
-        report = verify_batch(batch_id, events, root, row_breaks, progress=progress)
+        report = verify_batch(batch_id, events, root, stored_breaks, progress=progress)
     finally:
         progress.finish()
     _print_verify(report, as_json, out)
@@ -209,12 +204,12 @@ def verify_export_command(path: Path, as_json: bool = False, out: TextIO | None 
                           err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        events = read_export(path)
+        events, stored_breaks = read_export_log(path)
     except ExportError as error:
         raise ServiceError("invalid_export", str(error)) from None
     progress = TerminalProgress(stream=err, label="verifying")
     try:
-        report = verify_export_events(events, progress=progress)
+        report = verify_export_events(events, progress=progress, stored_breaks=stored_breaks)
     finally:
         progress.finish()
     _print_verify(report, as_json, out)
@@ -244,19 +239,23 @@ def _print_verify(report: VerifyReport, as_json: bool, out: TextIO) -> None:
 
 def export_command(store: Any, batch_id: str, output: Path | None, out: BinaryIO | None = None,
                    err: TextIO | None = None) -> int:
-    """Write the export to `output`, or to `out` (stdout) when no file is named."""
-    events, row_breaks = load_batch(store, batch_id)
-    undecodable = [found for found in row_breaks if found.rule == "undecodable"]
+    """Write the export to `output`, or to `out` (stdout) when no file is named.
+
+    The lines are the rows as stored, so old events keep the bytes they were sealed with.
+    """
+    rows = load_rows(store, batch_id)
+    events, stored_breaks = verify_stored(rows)
+    undecodable = [found for found in stored_breaks if found.rule == "undecodable"]
     if undecodable:
         raise ServiceError("unreadable_log", f"version {undecodable[0].version} of {batch_id} does not decode, so the "
                                              f"log cannot be exported whole; `lanes-es verify {batch_id}` shows why")
     if output is None:
         stream = out or sys.stdout.buffer
-        for line in export_lines(events):
+        for line in stored_lines(rows):
             stream.write(line)
         stream.flush()
         return EXIT_OK
-    count = write_export(events, output)
+    count = write_lines(stored_lines(rows), output)
     (err or sys.stderr).write(f"wrote {count} events of {batch_id} to {output} (chain head {chain_head(events)})\n")
     return EXIT_OK
 

@@ -1,10 +1,16 @@
 """The audit chain of a batch's log: does every event still say what it said when it was sealed?
 
 Each event carries `digest = sha256(previous digest + canonical bytes of the event
-without its digest)`, the first chaining from "". `verify_chain` recomputes every link
-from the decoded events; `verify_rows` checks what decoding alone cannot show: that
-the stored rows are numbered 1, 2, 3, ... with no hole, and that each row holds the
-event its key names. A break names the first bad version and the rule it broke.
+without its digest)`, the first chaining from "". A stored log is verified on its
+STORED form (`verify_stored`): each link is recomputed from the JSON as written
+(`sealed_bytes`), not from the event decoded from it. Decoding runs upcasters and
+ignores keys the class does not know, so a link recomputed from a decoded event
+would break on every old event an upcaster reshapes, and would not see a key
+added to a row afterwards (see docs/adr/0001-event-schema-changes.md).
+`verify_chain` recomputes the links of events that were never stored (a live
+aggregate's pending events); `verify_rows` checks what the chain alone cannot
+show: that the rows are numbered 1, 2, 3, ... with no hole, and that each row holds
+the event its key names. A break names the first bad version and the rule it broke.
 
 The chain proves that no event in the middle was edited, removed or moved. Removing
 the newest events leaves a shorter chain that still holds; compare the printed head
@@ -13,13 +19,19 @@ digest with one kept elsewhere to see that.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+import hashlib
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import msgspec
 from eventsourcing.persistence import StoredEvent
 
 from lanes_es.adapters.store import NullTranscoder, StructMapper
-from lanes_es.domain.events import chain_digest
+from lanes_es.domain.events import canonical_bytes
+
+_CANONICAL = msgspec.json.Encoder(order="sorted")
+# Keys of the stored form that are not part of the sealed event: the link itself, and the
+# schema version the store adds for a class past v1 (events.canonical_bytes hashes neither).
+_UNSEALED_KEYS = ("digest", "class_version")
 
 FIRST_VERSION = 1
 
@@ -45,24 +57,43 @@ class ChainBreak(msgspec.Struct, frozen=True, kw_only=True):
         return f"version {self.version}: {self.rule}: {self.message}"
 
 
+class Link(NamedTuple):
+    """One event as the chain sees it: who and where, its sealed bytes, and the digest it carries."""
+
+    originator_id: str
+    version: int
+    name: str
+    sealed: bytes
+    digest: str
+
+
 def verify_chain(events: Sequence[Any]) -> list[ChainBreak]:
     """Every break in the versions and digests of one aggregate's events, oldest first.
 
-    After a break the walk goes on from the stored digest, so one edited event is
-    reported once and the events after it are still checked against each other.
+    The links are recomputed from the events themselves, which is right for events
+    that were never stored. A log read from a store or an export is checked on its
+    stored form instead (`verify_stored`, `verify_stored_chain`).
     """
-    if not events:
+    return verify_links([Link(event.originator_id, event.originator_version, event.name, canonical_bytes(event),
+                              event.digest) for event in events])
+
+
+def verify_links(links: Sequence[Link]) -> list[ChainBreak]:
+    """The walk both forms share. After a break it goes on from the stored digest, so one
+    edited event is reported once and the events after it are still checked against each other.
+    """
+    if not links:
         return [ChainBreak(version=FIRST_VERSION, rule=EMPTY_LOG, message="the log holds no event")]
     breaks: list[ChainBreak] = []
-    originator = events[0].originator_id
+    originator = links[0].originator_id
     previous_digest = ""
     previous_version = FIRST_VERSION - 1
-    for event in events:
-        version = event.originator_version
+    for link in links:
+        version = link.version
         link_checked = True
-        if event.originator_id != originator:
+        if link.originator_id != originator:
             breaks.append(ChainBreak(version=version, rule=FOREIGN_EVENT,
-                                     message=f"event of {event.originator_id} inside the log of {originator}"))
+                                     message=f"event of {link.originator_id} inside the log of {originator}"))
         if version <= previous_version:
             breaks.append(ChainBreak(version=version, rule=VERSION_ORDER,
                                      message=f"version {version} follows version {previous_version}"))
@@ -71,13 +102,13 @@ def verify_chain(events: Sequence[Any]) -> list[ChainBreak]:
             breaks.append(_gap(previous_version, version))
             link_checked = False  # the missing event's digest is the link; the gap already says so
         if link_checked:
-            expected = chain_digest(previous_digest, event)
-            if expected != event.digest:
+            expected = hashlib.sha256(previous_digest.encode() + link.sealed).hexdigest()
+            if expected != link.digest:
                 breaks.append(ChainBreak(
                     version=version, rule=DIGEST_MISMATCH,
-                    message=f"{event.name} does not match its digest (recomputed {expected[:12]}, "
-                            f"stored {event.digest[:12] or 'nothing'}): it was changed after it was sealed"))
-        previous_digest = event.digest
+                    message=f"{link.name} does not match its digest (recomputed {expected[:12]}, "
+                            f"stored {link.digest[:12] or 'nothing'}): it was changed after it was sealed"))
+        previous_digest = link.digest
         previous_version = max(previous_version, version)
     return breaks
 
@@ -125,6 +156,68 @@ def verify_rows(rows: Sequence[StoredEvent], events: Sequence[Any | None]) -> li
     return breaks
 
 
+# ---------------------------------------------------------------- the stored form
+
+
+def sealed_bytes(row: StoredEvent) -> bytes:
+    """The bytes the event in `row` was sealed with, recomputed from the row as written.
+
+    The store writes the whole event as sorted, compact JSON (plus `class_version` past
+    v1); `events.canonical_bytes` is the same JSON without the digest and with the class
+    name as `event`. Taking that from the stored JSON, not from the decoded event, keeps
+    the link of an old event whole after an upcaster reshaped it on read, and makes any
+    key added to or removed from a row a change the chain sees. `ValueError` when the
+    row's state is not a JSON object.
+    """
+    try:
+        fields = msgspec.json.decode(bytes(row.state))
+    except msgspec.DecodeError as error:
+        raise ValueError(f"not JSON ({error})") from None
+    if not isinstance(fields, dict):
+        raise ValueError("not a JSON object")
+    for key in _UNSEALED_KEYS:
+        fields.pop(key, None)
+    fields["event"] = _class_name(row.topic)
+    return _CANONICAL.encode(fields)
+
+
+def stored_digest(row: StoredEvent) -> str:
+    """The digest a row carries, or "" when it carries none that can be read."""
+    try:
+        fields = msgspec.json.decode(bytes(row.state))
+    except msgspec.DecodeError:
+        return ""
+    digest = fields.get("digest") if isinstance(fields, dict) else None
+    return digest if isinstance(digest, str) else ""
+
+
+def _class_name(topic: str) -> str:
+    """`module:Outer.Name` -> `Name`, the `type(event).__name__` the event was sealed with."""
+    return topic.rpartition(":")[2].rpartition(".")[2]
+
+
+def verify_stored_chain(rows: Sequence[StoredEvent]) -> list[ChainBreak]:
+    """The digest chain of stored rows, on their stored form.
+
+    A row whose state is not a JSON object has no link to check, and the row after it
+    has no previous digest to check against; both stay unchecked here, since the row
+    is already named as undecodable.
+    """
+    links: list[Link] = []
+    unreadable: set[int] = set()
+    for row in rows:
+        try:
+            sealed = sealed_bytes(row)
+        except ValueError:
+            unreadable.add(row.originator_version)
+            continue
+        links.append(Link(row.originator_id, row.originator_version, _class_name(row.topic), sealed,
+                          stored_digest(row)))
+    if not links:
+        return [] if unreadable else verify_links(links)
+    return [found for found in verify_links(links) if found.version not in unreadable]
+
+
 def decode_rows(rows: Iterable[StoredEvent]) -> tuple[list[StoredEvent], list[Any | None], list[ChainBreak]]:
     """Decode each row with the store's own mapper; a row that does not decode is a break, not a crash."""
     mapper = StructMapper(NullTranscoder())
@@ -137,7 +230,7 @@ def decode_rows(rows: Iterable[StoredEvent]) -> tuple[list[StoredEvent], list[An
         except Exception as error:  # a tampered row may fail anywhere in decoding; name it, go on
             events.append(None)
             breaks.append(ChainBreak(version=row.originator_version, rule=UNDECODABLE,
-                                     message=f"the stored {row.topic.rpartition(':')[2]} does not decode: {error}"))
+                                     message=f"the stored {_class_name(row.topic)} does not decode: {error}"))
     return kept, events, breaks
 
 
@@ -148,11 +241,18 @@ def verify_stored(rows: Iterable[StoredEvent]) -> tuple[list[Any], list[ChainBre
     deleted event is one finding, not two.
     """
     kept, decoded, breaks = decode_rows(rows)
-    breaks.extend(verify_rows(kept, decoded))
     events = [event for event in decoded if event is not None]
-    if not kept:
-        return events, verify_chain(events)
+    return events, stored_breaks(kept, decoded, breaks)
+
+
+def stored_breaks(rows: Sequence[StoredEvent], decoded: Sequence[Any | None],
+                  found: Sequence[ChainBreak] = ()) -> list[ChainBreak]:
+    """The breaks of stored rows (numbering, row against event, the chain on the stored form), oldest first.
+
+    `found` are breaks already named (rows that did not decode); a version named once is not named again.
+    """
+    breaks = [*found, *verify_rows(rows, decoded)]
     named = {found.version for found in breaks}
-    breaks.extend(found for found in verify_chain(events) if found.version not in named)
+    breaks.extend(found for found in verify_stored_chain(rows) if found.version not in named)
     breaks.sort(key=lambda found: found.version)
-    return events, breaks
+    return breaks

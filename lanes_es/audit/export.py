@@ -2,8 +2,14 @@
 
 One line per event, oldest first: an object with `topic` (the event class, as
 eventsourcing names it), `originator_id`, `originator_version` and the event's own
-fields, keys sorted, compact UTF-8. Reading an export decodes each line back to its
-event Struct through the store's own mapper (so upcasters apply), and refuses a
+fields, keys sorted, compact UTF-8. A line is the event's STORED form (the row's JSON
+as written, `class_version` included past v1) plus its topic, so an export made after
+a schema change still carries the bytes each old event was sealed with, and its chain
+verifies on another machine (docs/adr/0001-event-schema-changes.md). For an event of
+the current schema that is the same line `export_line` makes from the event itself.
+
+Reading an export decodes each line back to its event Struct through the store's own
+mapper (so upcasters apply), checks the chain on the lines as written, and refuses a
 malformed file with the line number and what is wrong with it.
 """
 
@@ -20,7 +26,7 @@ from lanes_es.adapters.store import NullTranscoder, StructMapper
 from lanes_es.domain import events as ev
 from projections.batch import fold_documents, materialize
 
-from .chain import verify_chain
+from .chain import ChainBreak, stored_breaks
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
 _KNOWN_EVENTS = frozenset(ev.ALL_EVENTS)
@@ -46,11 +52,28 @@ def export_lines(events: Iterable[Any]) -> Iterator[bytes]:
         yield export_line(event)
 
 
+def stored_line(row: StoredEvent) -> bytes:
+    """The export line of a stored row: its JSON as written, plus its topic."""
+    fields = msgspec.json.decode(bytes(row.state))
+    fields["topic"] = row.topic
+    return _ENCODER.encode(fields) + b"\n"
+
+
+def stored_lines(rows: Iterable[StoredEvent]) -> Iterator[bytes]:
+    for row in rows:
+        yield stored_line(row)
+
+
 def write_export(events: Iterable[Any], path: Path) -> int:
-    """Write the export to `path` (replacing it); returns the number of events written."""
+    """Write the export of `events` to `path` (replacing it); returns the number of events written."""
+    return write_lines(export_lines(events), path)
+
+
+def write_lines(lines: Iterable[bytes], path: Path) -> int:
+    """Write export lines to `path` (replacing it); returns the number of lines written."""
     count = 0
     with open(path, "wb") as handle:
-        for line in export_lines(events):
+        for line in lines:
             handle.write(line)
             count += 1
     return count
@@ -58,30 +81,41 @@ def write_export(events: Iterable[Any], path: Path) -> int:
 
 def read_export(path: str | Path) -> list[Any]:
     """The events of an export file, oldest first; `ExportError` on the first malformed line."""
+    return read_export_log(path)[0]
+
+
+def read_export_log(path: str | Path) -> tuple[list[Any], list[ChainBreak]]:
+    """The events of an export file and the breaks of its rows and chain, on the lines as written."""
     try:
         data = Path(path).read_bytes()
     except OSError as error:
         raise ExportError(f"cannot read the export {path}: {error.strerror or error}") from None
-    return parse_export(data, str(path))
+    return parse_export_log(data, str(path))
 
 
 def parse_export(data: bytes, name: str = "export") -> list[Any]:
+    return parse_export_log(data, name)[0]
+
+
+def parse_export_log(data: bytes, name: str = "export") -> tuple[list[Any], list[ChainBreak]]:
     if not data.strip():
         raise ExportError(f"{name} holds no events")
     if not data.endswith(b"\n"):
         raise ExportError(f"{name} does not end with a newline: the file is truncated")
     mapper = StructMapper(NullTranscoder())
+    rows: list[StoredEvent] = []
     events: list[Any] = []
     for number, line in enumerate(data[:-1].split(b"\n"), start=1):
-        event = _event_of_line(mapper, line, f"{name} line {number}")
+        row, event = _event_of_line(mapper, line, f"{name} line {number}")
         if events and event.originator_id != events[0].originator_id:
             raise ExportError(f"{name} line {number}: an event of {event.originator_id} inside the export of "
                               f"{events[0].originator_id}; an export holds one batch's log")
+        rows.append(row)
         events.append(event)
-    return events
+    return events, stored_breaks(rows, events)
 
 
-def _event_of_line(mapper: Any, line: bytes, where: str) -> Any:
+def _event_of_line(mapper: Any, line: bytes, where: str) -> tuple[StoredEvent, Any]:
     if not line.strip():
         raise ExportError(f"{where}: an empty line; each line must be one event")
     try:
@@ -106,7 +140,7 @@ def _event_of_line(mapper: Any, line: bytes, where: str) -> Any:
         raise ExportError(f"{where}: not a valid {event_class.__name__} ({error})") from None
     except (AttributeError, KeyError, TypeError, ValueError) as error:  # an upcaster meeting a bad shape
         raise ExportError(f"{where}: cannot upcast {event_class.__name__} ({error})") from None
-    return event
+    return row, event
 
 
 def _event_class(topic: str, where: str) -> type:
@@ -127,8 +161,7 @@ def rebuild_from_export(path: str | Path, root: str | Path) -> list[Path]:
     An export whose chain is broken is refused: projections are rebuilt only from a
     log that still says what it said when it was recorded.
     """
-    events = read_export(path)
-    breaks = verify_chain(events)
+    events, breaks = read_export_log(path)
     if breaks:
         raise ExportError(f"{path}: the audit chain is broken at {breaks[0].describe()}; nothing was written")
     documents = fold_documents(events)

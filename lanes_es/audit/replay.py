@@ -62,11 +62,16 @@ class ReplayRangeError(ValueError):
     """`--at` names a version the log does not have."""
 
 
-def replay(events: Sequence[Any], at_version: int | None = None,
-           progress: Progress | None = None) -> ReplayResult:
-    """Walk `events` (one batch's log, oldest first) up to `at_version`, checking every step."""
+def replay(events: Sequence[Any], at_version: int | None = None, progress: Progress | None = None,
+           chain_breaks: Sequence[ChainBreak] | None = None) -> ReplayResult:
+    """Walk `events` (one batch's log, oldest first) up to `at_version`, checking every step.
+
+    `chain_breaks` are the breaks already found on the stored form of a log read from a
+    store or an export (`chain.verify_stored`); without them the chain is checked on the
+    events themselves, which holds only for events that were never upcast.
+    """
     chosen = _up_to(events, at_version)
-    failures = [_from_break(found) for found in verify_chain(chosen)] if chosen else []
+    failures = [_from_break(found) for found in _chain_breaks(chosen, at_version, chain_breaks)]
     record: dict[str, Any] | None = None
     steps: list[TimelineRow] = []
     stopped_at: int | None = None
@@ -96,6 +101,13 @@ def _up_to(events: Sequence[Any], at_version: int | None) -> list[Any]:
     if at_version < 1 or at_version > newest:
         raise ReplayRangeError(f"version {at_version} is not in this log (versions 1 to {newest})")
     return [event for event in events if event.originator_version <= at_version]
+
+
+def _chain_breaks(chosen: list[Any], at_version: int | None,
+                  known: Sequence[ChainBreak] | None) -> list[ChainBreak]:
+    if known is None:
+        return verify_chain(chosen) if chosen else []
+    return [found for found in known if at_version is None or found.version <= at_version]
 
 
 def _from_break(found: ChainBreak) -> ReplayFailure:

@@ -11,7 +11,7 @@ log alone, since the machine that reads it may have neither the store nor the ch
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import msgspec
 
@@ -49,29 +49,27 @@ class VerifyReport(msgspec.Struct, kw_only=True):
         return not self.findings
 
 
-def check_log(events: Sequence[Any], row_breaks: Iterable[ChainBreak] = (),
+def check_log(events: Sequence[Any], stored_breaks: Sequence[ChainBreak] | None = None,
               progress: Progress | None = None) -> tuple[list[Finding], Any]:
     """Findings of the rows, the chain and the replayed steps, and the replay itself.
 
-    A version already named by a row check is not named again by the chain.
+    `stored_breaks` are the row and chain breaks found on the stored form of the log
+    (`chain.verify_stored`, `export.read_export_log`); without them the chain is
+    checked on the events themselves.
     """
-    findings = [Finding(check="chain", version=found.version, code=found.rule, message=found.message)
-                for found in row_breaks]
-    named = {finding.version for finding in findings}
-    result = replay(events, progress=progress)
+    findings: list[Finding] = []
+    result = replay(events, progress=progress, chain_breaks=stored_breaks)
     for failure in result.failures:
         is_step = failure.rule in _STEP_RULES
-        if not is_step and failure.version in named:
-            continue
         findings.append(Finding(check="replay" if is_step else "chain", version=failure.version, code=failure.rule,
                                 message=failure.message))
     findings.sort(key=lambda finding: finding.version or 0)
     return findings, result
 
 
-def verify_batch(batch_id: str, events: Sequence[Any], root: str | Path, row_breaks: Iterable[ChainBreak] = (),
-                 progress: Progress | None = None) -> VerifyReport:
-    findings, result = check_log(events, row_breaks, progress)
+def verify_batch(batch_id: str, events: Sequence[Any], root: str | Path,
+                 stored_breaks: Sequence[ChainBreak] | None = None, progress: Progress | None = None) -> VerifyReport:
+    findings, result = check_log(events, stored_breaks, progress)
     findings.extend(_projection_findings(root, events))
     state = result.record["batch_state"] if result.record else None
     completion = None
@@ -85,8 +83,9 @@ def verify_batch(batch_id: str, events: Sequence[Any], root: str | Path, row_bre
                         findings=findings, completion=completion)
 
 
-def verify_export_events(events: Sequence[Any], progress: Progress | None = None) -> VerifyReport:
-    findings, result = check_log(events, progress=progress)
+def verify_export_events(events: Sequence[Any], progress: Progress | None = None,
+                         stored_breaks: Sequence[ChainBreak] | None = None) -> VerifyReport:
+    findings, result = check_log(events, stored_breaks, progress)
     return VerifyReport(batch_id=result.batch_id, events=len(events), head=result.head,
                         batch_state=result.record["batch_state"] if result.record else None, findings=findings)
 
