@@ -36,6 +36,7 @@ from lanes_es.domain.jstext import parse_json
 from lanes_es.ports import IntentRead, PortError, PreflightResult
 
 COMMIT_EVIDENCE_CONTRACT = "assurance_kernel/batch_commit_evidence/v1"
+COMMIT_INTENT_CONTRACT = "lanes_es/lane_commit_intent/v1"  # ours: written before the commit, removed after
 COMMIT_EVIDENCE_DIR = ".imm/state/batches/commits"
 HIDING_INDEX_FLAGS = ("h", "S", "s")  # assume-unchanged, skip-worktree: changes git status would not show
 MAX_INTENT_BYTES = 64 * 1024
@@ -173,6 +174,12 @@ class GitBatch:
         if unstaged:  # paths on stdin: no argv limit, and taken literally
             git(lane_path, "--literal-pathspecs", "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul",
                 stdin="\0".join(unstaged).encode("utf-8", "surrogateescape"))
+        # Durable before the commit: the tree about to be committed, so that a crash before the
+        # evidence file below still leaves proof that the commit is this runner's (see the lookup).
+        tree = git(lane_path, "write-tree").text
+        _write_state_document(lane_path, _intent_path(batch_id, task_id), {
+            "contract": COMMIT_INTENT_CONTRACT, "batch_id": batch_id, "task_id": task_id, "tree": tree,
+            "parent_head": expected_head})
         message = commit_message(task_id, settled.goal, batch_id)
         committed = git_ok(lane_path, "commit", "--no-verify", "--quiet", "-F", "-", stdin=message,
                            env=batch_identity_env())
@@ -226,30 +233,20 @@ class GitBatch:
         if match is None:
             return None
         authority = os.environ.get("GIT_AUTHOR_NAME") or DEFAULT_AUTHOR_NAME
-        if recorded != match.commit and not self._carries_settled_pair(lane_path, match, evidence):
+        recovered = recorded != match.commit and _was_about_to_commit(lane_path, batch_id, task_id, match,
+                                                                      expected_head)
+        if recorded != match.commit and not recovered:
             raise PortError(lineage_broken(f"commit {match.commit} lacks durable batch runner production evidence"))
         if match.author_name and match.author_name != authority:
             raise PortError(lineage_broken(f"adopted commit author {match.author_name} does not match batch "
                                            f"authority {authority}"))
         settled = _settled(lane_path, task_id, evidence)
         self._verify_existing_commit(lane_path, task_id, match, expected_head, branch, settled.scope_hint)
-        if recorded != match.commit:
-            # A crash fell between the commit and its evidence file: the commit carries this settled
-            # run's own audit pair, which only the kernel writes, so it is ours; record it now.
+        if recovered:
+            # A crash fell between the commit and its evidence file; the intent written before the
+            # commit names exactly this tree on this parent, so the commit is this runner's own.
             _write_commit_evidence(lane_path, batch_id, task_id, match.commit, expected_head)
         return match.commit
-
-    @staticmethod
-    def _carries_settled_pair(lane_path: str, match: LookupRecord, evidence: SettledEvidence | None) -> bool:
-        """Whether the commit holds the settled run's audit pair exactly as the kernel wrote it in the Lane."""
-        if evidence is None:
-            return False
-        paths = [evidence.record_path, evidence.proof_path]
-        listed = git_ok(lane_path, "rev-parse", *(f"{match.commit}:{path}" for path in paths))
-        if listed.exit_code != 0:
-            return False
-        hashed = git_ok(lane_path, "hash-object", "--no-filters", "--", *paths)
-        return hashed.exit_code == 0 and hashed.text.split() == listed.text.split()
 
     @staticmethod
     def _verify_existing_commit(lane_path: str, task_id: str, match: LookupRecord, expected_head: str, branch: str,
@@ -460,21 +457,49 @@ def _read_commit_evidence(lane_path: str, batch_id: str, task_id: str) -> str | 
 
 
 def _write_commit_evidence(lane_path: str, batch_id: str, task_id: str, commit: str, parent_head: str) -> None:
-    """`.imm/state/batches/commits/<batch>-<task>.json` in the Lane (its ignored state), written atomically."""
+    """`.imm/state/batches/commits/<batch>-<task>.json` in the Lane (its ignored state); the intent goes."""
+    _write_state_document(lane_path, _evidence_path(batch_id, task_id), {
+        "contract": COMMIT_EVIDENCE_CONTRACT, "batch_id": batch_id, "task_id": task_id, "commit": commit,
+        "parent_head": parent_head, "created_at": format_timestamp(datetime.now(timezone.utc))})
+    try:
+        os.unlink(os.path.join(lane_path, _intent_path(batch_id, task_id)))
+    except FileNotFoundError:
+        pass
+
+
+def _intent_path(batch_id: str, task_id: str) -> str:
+    return f"{COMMIT_EVIDENCE_DIR}/{batch_id}-{task_id}.intent.json"
+
+
+def _was_about_to_commit(lane_path: str, batch_id: str, task_id: str, match: Any, expected_head: str) -> bool:
+    """Whether this runner recorded, before committing, the intent to commit exactly `match`."""
+    try:
+        data = _read_plain_file(lane_path, _intent_path(batch_id, task_id), MAX_EVIDENCE_BYTES)
+        document = parse_json(data.decode("utf-8"))
+    except (PortError, UnicodeDecodeError, ValueError):
+        return False
+    if (not isinstance(document, dict) or document.get("contract") != COMMIT_INTENT_CONTRACT
+            or document.get("batch_id") != batch_id or document.get("task_id") != task_id
+            or document.get("parent_head") != expected_head or match.parents != [expected_head]):
+        return False
+    tree = git_ok(lane_path, "rev-parse", "--verify", "--quiet", f"{match.commit}^{{tree}}")
+    return tree.exit_code == 0 and tree.text == document.get("tree")
+
+
+def _write_state_document(lane_path: str, relative: str, document: dict[str, Any]) -> None:
+    """A JSON document under the Lane's ignored `.imm/state/batches/commits/`, written atomically."""
     directory = lane_path
     for part in COMMIT_EVIDENCE_DIR.split("/"):
         directory = os.path.join(directory, part)
         if os.path.islink(directory):
             raise PortError(f"commit_failed: {COMMIT_EVIDENCE_DIR} is reached through a symlink in the Lane")
         os.makedirs(directory, mode=0o700, exist_ok=True)
-    document = {"contract": COMMIT_EVIDENCE_CONTRACT, "batch_id": batch_id, "task_id": task_id, "commit": commit,
-                "parent_head": parent_head, "created_at": format_timestamp(datetime.now(timezone.utc))}
     data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-")
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
-        os.replace(temporary, os.path.join(lane_path, _evidence_path(batch_id, task_id)))
+        os.replace(temporary, os.path.join(lane_path, relative))
     except BaseException:
         if os.path.lexists(temporary):
             os.unlink(temporary)

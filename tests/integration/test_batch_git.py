@@ -157,7 +157,7 @@ def test_commit_shape(lane_repo, git_batch, monkeypatch):
     _settle(lane)
     STATS.reset()
     commit = git_batch.commit_child(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())
-    assert STATS.spawns <= 5
+    assert STATS.spawns <= 6  # status, index flags, add, write-tree (the commit intent), commit, diff-tree
     assert head(lane) == commit and git_out(lane, "rev-parse", f"{commit}^@") == base
     message = git_out(lane, "cat-file", "commit", commit).split("\n\n", 1)[1] + "\n"
     assert message == f"imm(task-a): Ship the allowed module\n\nImmune-Brain-Batch: {BATCH}\n"
@@ -441,3 +441,23 @@ def test_many_unstaged_paths_are_staged_literally(lane_repo, git_batch):
     commit = git_batch.commit_child(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())
     tree = git_out(lane, "ls-tree", "-r", "--name-only", commit)
     assert all(name in tree for name in names) and porcelain(lane) == ""
+
+
+def test_a_commit_interrupted_before_its_evidence_is_recognized_by_its_intent(lane_repo, git_batch):
+    """A crash between `git commit` and the evidence file: the intent written before the commit names
+    this tree on this parent, so the lookup adopts the commit and writes the evidence (issue 3)."""
+    _, lane, base = lane_repo
+    _settle(lane)
+    commit = git_batch.commit_child(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())
+    evidence = os.path.join(lane, ".imm/state/batches/commits", f"{BATCH}-task-a.json")
+    intent = os.path.join(lane, ".imm/state/batches/commits", f"{BATCH}-task-a.intent.json")
+    assert not os.path.exists(intent)
+    os.unlink(evidence)
+    with pytest.raises(PortError, match="lacks durable batch runner production evidence"):
+        git_batch.lookup_batch_commit(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())
+    tree = git_out(lane, "rev-parse", f"{commit}^{{tree}}")
+    with open(intent, "w") as handle:
+        json.dump({"contract": "lanes_es/lane_commit_intent/v1", "batch_id": BATCH, "task_id": "task-a",
+                   "tree": tree, "parent_head": base}, handle)
+    assert git_batch.lookup_batch_commit(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence()) == commit
+    assert os.path.exists(evidence) and not os.path.exists(intent)
