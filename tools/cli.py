@@ -273,7 +273,9 @@ def report_text(report: dict[str, Any]) -> str:
     for handoff in report.get("handoffs", []):
         lines.append("handoff: " + _handoff_text(handoff))
     for refusal in report.get("lane_refusals", []):
-        lines.append(f"refused offer: {refusal['task_id']} at {refusal['path']}: {refusal['reason']}")
+        hint = REFUSAL_HINTS.get(refusal["reason"], "")
+        lines.append(f"refused offer: {refusal['task_id']} at {refusal['path']}: {refusal['reason']}"
+                     + (f" ({hint})" if hint else ""))
     for key in ("lane_instruction", "lane_revision"):
         if key in report:
             lines.append(f"{key}: {json.dumps(report[key])}")
@@ -282,6 +284,18 @@ def report_text(report: dict[str, Any]) -> str:
         lines.append(f"final verification: {'passed' if final['passed'] else 'FAILED'} at {final['head'][:12]}")
     lines.append(f"next: {report['next_action']}")
     return "\n".join(lines)
+
+
+REFUSAL_HINTS = {
+    "batch_lane_foreign_repository": "offer the top level of a worktree of this repository (git worktree add)",
+    "batch_lane_is_coordinator": "the coordinator runs no child; make a separate worktree",
+    "batch_lane_branch_mismatch": "the Lane must sit on imm-lane/<slug>/<task>",
+    "batch_lane_base_mismatch": "cut the Lane at the provision handoff's base_head (git -C LANE reset --hard BASE "
+                                "on an unused Lane)",
+    "batch_lane_dirty": "the Lane must be clean: commit nothing yourself and remove stray files",
+    "batch_lane_occupied": "this Lane already holds a run; offer a fresh worktree",
+    "batch_lane_unknown_child": "offer only children named in a provision handoff of the last tick",
+}
 
 
 def _handoff_text(handoff: dict[str, Any]) -> str:
