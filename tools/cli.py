@@ -283,6 +283,9 @@ def report_text(report: dict[str, Any]) -> str:
         final = report["final_verification"]
         lines.append(f"final verification: {'passed' if final['passed'] else 'FAILED'} at {final['head'][:12]}")
     lines.append(f"next: {report['next_action']}")
+    if "start_unattended_batch" in report["next_action"]:
+        offers = " --offer TASK=/abs/lane/path" if "lane_offers" in report["next_action"] else ""
+        lines.append(f"  (on the command line: lanes-es tick {report['initiative_slug']}{offers})")
     return "\n".join(lines)
 
 
