@@ -110,9 +110,14 @@ class LaneTick:
         return self.tick.now
 
     @property
-    def record(self) -> dict[str, Any]:
+    def live(self) -> LaneBatch:
+        """The batch once it exists (recorded, or prepared by this tick)."""
         assert self.batch is not None
-        return self.batch.record
+        return self.batch
+
+    @property
+    def record(self) -> dict[str, Any]:
+        return self.live.record
 
     def persist(self) -> None:
         self.persist_port(self.batch)
@@ -132,9 +137,8 @@ class LaneTick:
                  final: ev.FinalVerificationReport | None = None,
                  extras: ev.ReportExtras | None = None) -> dict[str, Any]:
         """Settle the batch (its report is then a projection of this event) and end the tick."""
-        assert self.batch is not None
         extras = extras if extras is not None else self.extras(handoffs, final)
-        self.batch.settle_batch(self.now, batch_state, reason, next_action, extras)
+        self.live.settle_batch(self.now, batch_state, reason, next_action, extras)
         self.persist()
         return lane_report(self.record, reason, next_action, extras)
 
@@ -246,7 +250,7 @@ class LaneTick:
 
     def resume_recorded(self) -> TickOutcome | None:
         self.assert_plan_matches()
-        state = self.batch.batch_state  # type: ignore[union-attr]
+        state = self.live.batch_state
         if is_terminal(state):
             return self.replay_terminal(state)
         if state == "needs_human":
@@ -285,7 +289,7 @@ class LaneTick:
                 return TickOutcome(self.report(outcome, LANE_NEEDS_HUMAN_NEXT_ACTION), self.batch, written=False)
             resumed.append(ev.ResumedChild(task_id=child["task_id"], state=outcome))
         # Applied now, persisted only after the lineage validation below (upstream's order).
-        self.batch.resume_park(self.now, self.tick.confirmation_time, resumed)  # type: ignore[union-attr]
+        self.live.resume_park(self.now, self.tick.confirmation_time, resumed)
         self.resumed_park = True
         return None
 
@@ -310,12 +314,12 @@ class LaneTick:
     # ------------------------------------------------------------ §3.2 steps 6-16 and 1-4
 
     def advance(self) -> dict[str, Any]:
-        new_batch = self.batch.batch_state == "prepared"  # type: ignore[union-attr]
+        new_batch = self.live.batch_state == "prepared"
         self.replace_grant(new_batch)
         if not new_batch:
             self.restore_leaks()
-        if self.batch.batch_state == "prepared":  # type: ignore[union-attr]
-            self.batch.start(self.now)  # type: ignore[union-attr]
+        if self.live.batch_state == "prepared":
+            self.live.start(self.now)
             self.persist()
         self.adopt_missed_integrations()
         self.record_releases()
@@ -341,7 +345,7 @@ class LaneTick:
         current = self.record.get("revision_delegation", {}).get("confirmation_time")
         if wanted == current:
             return
-        self.batch.change_grant(self.now, wanted)  # type: ignore[union-attr]
+        self.live.change_grant(self.now, wanted)
         self.persist()  # durable at once: a withdrawn grant must never survive to a later tick
 
     def restore_leaks(self) -> None:
@@ -352,26 +356,26 @@ class LaneTick:
         restored = self.ports.leaks.restore(self.tick.root, self.record, view.entries, self.now)
         if restored is not None:
             backup, paths = restored
-            self.batch.restore_leaks(self.now, backup, paths)  # type: ignore[union-attr]
+            self.live.restore_leaks(self.now, backup, paths)
             self.persist()
             self.view = None  # the checkout changed
 
     def adopt_missed_integrations(self) -> None:
         """An integration a previous tick completed but did not record is found on the branch and adopted."""
-        for child in self.batch.children_in("lane_committed"):  # type: ignore[union-attr]
+        for child in self.live.children_in("lane_committed"):
             lane = child["lane"]
             found = self.ports.lane_git.find_integrated(
                 self.tick.root, child["task_id"], self.record["batch_id"], expected_batch_head(self.record),
                 lane["base_head"], lane["lane_commit"])
             if found:
-                self.batch.integrate(self.now, child["task_id"], found, adopted=True)  # type: ignore[union-attr]
+                self.live.integrate(self.now, child["task_id"], found, adopted=True)
                 self.persist()
                 self.view = None
 
     def record_releases(self) -> None:
-        for child in self.batch.children_in("integrated"):  # type: ignore[union-attr]
+        for child in self.live.children_in("integrated"):
             if not self.ports.lane_git.inspect_lane(self.tick.root, child["lane"]["path"]).exists:
-                self.batch.release(self.now, child["task_id"])  # type: ignore[union-attr]
+                self.live.release(self.now, child["task_id"])
                 self.persist()
 
     def check_lineage(self) -> None:
@@ -382,7 +386,7 @@ class LaneTick:
         if lineage.kind == "broken":
             raise _Finished(self.fail_lineage(lineage.message))
         if lineage.kind == "fast_forward":
-            self.batch.adopt_head(self.now, expected, lineage.head)  # type: ignore[union-attr]
+            self.live.adopt_head(self.now, expected, lineage.head)
             self.persist()
         self.lineage = Lineage(kind="equal", head=lineage.head)
 
@@ -404,8 +408,8 @@ class LaneTick:
         Upstream's enroll, commit and integrate paths set `failed` with siblings still in
         flight, a record its own validator refuses; here every path fails the same way.
         """
-        for child in self.batch.children_in(*IN_FLIGHT):  # type: ignore[union-attr]
-            self.batch.park(self.now, child["task_id"], message)  # type: ignore[union-attr]
+        for child in self.live.children_in(*IN_FLIGHT):
+            self.live.park(self.now, child["task_id"], message)
         return self.finalize("failed", message, extras=extras or ev.ReportExtras())
 
     # ------------------------------------------------------------ per-tick inputs
@@ -419,7 +423,7 @@ class LaneTick:
             self.instruction = ev.InstructionOutcome(task_id=request.task_id, kind=request.kind, accepted=False,
                                                      reason=f"batch_lane_instruction_refused: {refusal}")
             return
-        self.batch.record_intervention(self.now, request.task_id, request.kind, request.text)  # type: ignore[union-attr]
+        self.live.record_intervention(self.now, request.task_id, request.kind, request.text)
         self.persist()  # recorded before the Parent sends it
         self.instruction = ev.InstructionOutcome(task_id=request.task_id, kind=request.kind, accepted=True,
                                                  reason=None)
@@ -459,7 +463,7 @@ class LaneTick:
                 child["lane"]["path"], request.task_id, request.next_intent, confirmation_ref, self.now)
         except (PortError, ValueError) as error:
             return str(error)
-        self.batch.apply_delegated_revision(self.now, request.task_id, from_revision, to_revision,  # type: ignore[union-attr]
+        self.live.apply_delegated_revision(self.now, request.task_id, from_revision, to_revision,
                                             content_hash, confirmation_ref)
         self.persist()
         return None
@@ -467,15 +471,15 @@ class LaneTick:
     # ------------------------------------------------------------ step 1: observe
 
     def park_child(self, task_id: str, reason: str, qa_failures: int | None = None) -> None:
-        self.batch.park(self.now, task_id, reason, qa_failures=qa_failures)  # type: ignore[union-attr]
+        self.live.park(self.now, task_id, reason, qa_failures=qa_failures)
         if self.parked_message is None:
             self.parked_message = reason
         self.persist()
 
     def observe_lanes(self) -> None:
-        for child in list(self.batch.children_in("lane_admitted", "enrolled")):  # type: ignore[union-attr]
+        for child in list(self.live.children_in("lane_admitted", "enrolled")):
             task_id = child["task_id"]
-            current = self.batch.child(task_id)  # type: ignore[union-attr]
+            current = self.live.child(task_id)
             if current["state"] not in ("lane_admitted", "enrolled"):
                 continue  # a park earlier in this loop moved it
             self.observe_lane(current)
@@ -493,14 +497,14 @@ class LaneTick:
         if child["state"] == "lane_admitted":
             if holds_claim and fresh.run_id:
                 # A crash between admission and enrollment: adopt the claim the kernel already made.
-                self.batch.enroll(self.now, task_id, fresh.run_id,  # type: ignore[union-attr]
+                self.live.enroll(self.now, task_id, fresh.run_id,
                                   reason="adopted existing lane claim after interruption")
                 self.persist()
             else:
                 self.enroll_in_lane(task_id)
             return
         if fresh.lifecycle == "done" and fresh.completion_ready:
-            self.batch.settle(self.now, task_id)  # type: ignore[union-attr]
+            self.live.settle(self.now, task_id)
             self.persist()
             return
         if not holds_claim:
@@ -519,12 +523,12 @@ class LaneTick:
         task_id = child["task_id"]
         result = self.ports.kernel.advance_task(child["lane"]["path"], task_id)
         if result.state == "completed":
-            self.batch.settle(self.now, task_id, qa_failures_reset=True)  # type: ignore[union-attr]
+            self.live.settle(self.now, task_id, qa_failures_reset=True)
             self.persist()
         elif result.state == "review_ready":
             reason = f"review reservation {result.operation_id} open"
             if child["reason"] != reason:  # upstream's write is a no-op while the same reservation stays open
-                self.batch.open_review(self.now, task_id, reason)  # type: ignore[union-attr]
+                self.live.open_review(self.now, task_id, reason)
                 self.persist()
             self.review_open.append(task_id)
         elif result.state == "rework" and result.operation == "qa":
@@ -539,20 +543,20 @@ class LaneTick:
         task_id = child["task_id"]
         failures = child["qa_failures"] + 1
         if failures < self.record["budget"]["qa_failure_limit"]:
-            self.batch.count_qa_failure(self.now, task_id, failures)  # type: ignore[union-attr]
+            self.live.count_qa_failure(self.now, task_id, failures)
             self.persist()
             return
         used = child.get("corrections", 0)
         if used < MAX_COORDINATOR_CORRECTIONS:
             # The design judgment goes to the coordinator: one correction, to a new Lane session.
-            self.batch.count_qa_failure(self.now, task_id, failures, QA_LIMIT_REASON)  # type: ignore[union-attr]
+            self.live.count_qa_failure(self.now, task_id, failures, QA_LIMIT_REASON)
             self.persist()
             return
         self.park_child(task_id, f"{CORRECTION_LIMIT_REACHED}: {QA_LIMIT_REASON} after {used} coordinator corrections",
                         qa_failures=failures)
 
     def enroll_in_lane(self, task_id: str) -> None:
-        lane = self.batch.child(task_id)["lane"]  # type: ignore[union-attr]
+        lane = self.live.child(task_id)["lane"]
         try:
             self.ports.kernel.enroll_task(lane["path"], task_id,
                                           BatchEnrollment(self.capability, self.record["batch_id"], lane["base_head"]))
@@ -566,13 +570,13 @@ class LaneTick:
                 # A broken lineage cannot be trusted for any other child either.
                 raise _Finished(self.fail_lineage(message, ev.ReportExtras(lane_refusals=list(self.refusals)))) from None
             return
-        self.batch.enroll(self.now, task_id, fresh.run_id)  # type: ignore[union-attr]
+        self.live.enroll(self.now, task_id, fresh.run_id)
         self.persist()
 
     # ------------------------------------------------------------ step 2: commit and integrate
 
     def commit_settled(self) -> None:
-        for child in list(self.batch.children_in("settled")):  # type: ignore[union-attr]
+        for child in list(self.live.children_in("settled")):
             task_id, lane = child["task_id"], child["lane"]
             try:
                 evidence = self.ports.kernel.settled_evidence(lane["path"], task_id)
@@ -584,15 +588,15 @@ class LaneTick:
                 if is_lineage_break(message):
                     raise _Finished(self.fail_lineage(message)) from None
                 continue
-            self.batch.commit_lane(self.now, task_id, lane_commit)  # type: ignore[union-attr]
+            self.live.commit_lane(self.now, task_id, lane_commit)
             self.persist()
 
     def integrate_committed(self) -> None:
-        for child in list(self.batch.children_in("lane_committed")):  # type: ignore[union-attr]
+        for child in list(self.live.children_in("lane_committed")):
             task_id, lane = child["task_id"], child["lane"]
             siblings = [IntegrationChild(task_id=c["task_id"], intent_path=self.intent_path_of(c["task_id"]),
                                          commit=c["commit"])
-                        for c in self.batch.children_in("integrated") if c["task_id"] != task_id]  # type: ignore[union-attr]
+                        for c in self.live.children_in("integrated") if c["task_id"] != task_id]
             request = IntegrationRequest(
                 root=self.tick.root, branch=self.record["branch"], batch_head=expected_batch_head(self.record),
                 lane_base=lane["base_head"], lane_commit=lane["lane_commit"],
@@ -602,7 +606,7 @@ class LaneTick:
             except PortError as error:
                 self.park_failed_integration(task_id, error)
                 continue
-            self.batch.integrate(self.now, task_id, commit)  # type: ignore[union-attr]
+            self.live.integrate(self.now, task_id, commit)
             self.persist()
             self.lineage = Lineage(kind="equal", head=commit)  # our own fast-forward
             self._scopes.clear()
@@ -647,7 +651,7 @@ class LaneTick:
             to_digest = compute_batch_plan_digest(plan)
         except ValueError:
             return
-        self.batch.reseal(self.now, task_id, to_digest, revision, content_hash)  # type: ignore[union-attr]
+        self.live.reseal(self.now, task_id, to_digest, revision, content_hash)
         self.persist()
 
     def close_integrated_issues(self) -> None:
@@ -655,7 +659,7 @@ class LaneTick:
         tracker = self.ports.tracker
         if tracker is None:
             return
-        for child in self.batch.children_in("integrated", "released"):  # type: ignore[union-attr]
+        for child in self.live.children_in("integrated", "released"):
             if child.get("tracker_closed"):
                 continue
             task_id = child["task_id"]
@@ -673,7 +677,7 @@ class LaneTick:
                 status, message = "retryable_failure", str(error)
             self.tracker.append(ev.TrackerObservation(task_id=task_id, status=status, message=message))
             if status in ("updated", "already_current"):
-                self.batch.close_tracker(self.now, task_id)  # type: ignore[union-attr]
+                self.live.close_tracker(self.now, task_id)
                 self.persist()
 
     # ------------------------------------------------------------ step 3: admission
@@ -702,11 +706,11 @@ class LaneTick:
                 break  # the child budget stops new admissions only; in-flight Lanes finish
             lane = ev.LaneBinding(path=facts.real_path, branch=lane_branch_name(self.record["initiative_slug"], offer.task_id),
                                   base_head=head)
-            self.batch.admit_lane(self.now, offer.task_id, lane)  # type: ignore[union-attr]
+            self.live.admit_lane(self.now, offer.task_id, lane)
             self.persist()
             self.enroll_in_lane(offer.task_id)
         if self.refusals:
-            self.batch.refuse_offers(self.now, self.refusals)  # type: ignore[union-attr]
+            self.live.refuse_offers(self.now, self.refusals)
             self.persist()
 
     # ------------------------------------------------------------ step 4: settle or report
@@ -717,11 +721,11 @@ class LaneTick:
             return self.complete()
         handoffs: list[ev.Handoff] = self.lane_handoffs()
         handoffs.extend(self.release_handoffs())
-        in_flight = self.batch.children_in(*IN_FLIGHT)  # type: ignore[union-attr]
+        in_flight = self.live.children_in(*IN_FLIGHT)
         startable = self.startable()
         over_budget = consumed_slots(record) >= record["budget"]["max_children"]
         if not in_flight and (not startable or over_budget):
-            parked = bool(self.batch.children_in("needs_human", "skipped_blocked"))  # type: ignore[union-attr]
+            parked = bool(self.live.children_in("needs_human", "skipped_blocked"))
             state = "needs_human" if parked or not over_budget else "budget_stopped"
             reason = self.parked_message or (
                 "a parked child needs a human decision" if parked
@@ -755,7 +759,7 @@ class LaneTick:
 
     def lane_handoffs(self) -> list[ev.Handoff]:
         handoffs: list[ev.Handoff] = []
-        for child in self.batch.children_in("enrolled"):  # type: ignore[union-attr]
+        for child in self.live.children_in("enrolled"):
             lane = child["lane"]
             if child.get("correction_due"):
                 used = child.get("corrections", 0)
@@ -775,7 +779,7 @@ class LaneTick:
 
     def release_handoffs(self) -> list[ev.Handoff]:
         """Integrated Lanes that are safe to remove: present, clean, unclaimed, audit pair on the batch branch."""
-        integrated = self.batch.children_in("integrated")  # type: ignore[union-attr]
+        integrated = self.live.children_in("integrated")
         if not integrated:
             return []
         lineage = self.lineage or self.ports.lane_git.classify_lineage(
