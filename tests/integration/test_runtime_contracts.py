@@ -110,3 +110,14 @@ def test_the_cli_passes_the_executor_runtime(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["batch_state"] == "rejected" and report["reason"].startswith("batch_runtime_contract_mismatch: ")
     assert engine.batch is None
+
+
+def test_the_shipped_manifest_names_the_contracts_this_runtime_writes(tmp_path):  # LANE-RTC-01, ported
+    from lanes_es.adapters.runtime_contracts import ManifestRuntimeContracts, read_runtime_contracts, running_contracts
+    from lanes_es.domain.audit_pair import TASK_RECORD_CONTRACT, TOMBSTONE_CONTRACT
+
+    path, contracts = read_runtime_contracts(RUNNING_SOURCE)
+    assert path == RUNNING_MANIFEST and contracts == running_contracts()
+    assert (contracts["task_record"], contracts["task_tombstone"]) == (TASK_RECORD_CONTRACT, TOMBSTONE_CONTRACT)
+    # a Lane Executor that loads this very package is the same runtime
+    assert ManifestRuntimeContracts().refusal(str(tmp_path), str(RUNNING_SOURCE)) is None
