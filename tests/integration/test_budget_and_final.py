@@ -12,7 +12,7 @@ from lanes_es.domain.report import LANE_NEEDS_HUMAN_NEXT_ACTION, NEXT_FINAL_VERI
 from lanes_es.tick import LaneTick
 from tests.engine import Engine, Task
 from tests.engine_more import claim_path, confirm_again, enroll, make_engine, state_bytes
-from tests.gitfixtures import git_out
+from tests.gitfixtures import git_out, run_git
 
 
 def three_disjoint(tmp_path: Path) -> Engine:
@@ -41,6 +41,21 @@ def test_max_children_stops_new_admissions_only_then_the_batch_settles_budget_st
     assert report["children"][2]["lane"] is None
     assert report["handoffs"] == []  # upstream's idle settle carries no handoff, release included
     assert json.loads(engine.report_file().read_text())["batch_state"] == "budget_stopped"
+    # re-confirmed, a new batch takes the child the budget left, from the stopped batch's head
+    stopped = engine.batch
+    confirmation = engine.service.confirmation(engine.slug)
+    assert confirmation.batch_id != stopped.id and [c.task_id for c in confirmation.children] == ["task-c"]
+    assert confirmation.base_head == engine.head() == stopped.record["commits"][-1]
+    engine.service.authorize(confirmation)
+    report = engine.tick()
+    # the Lane the budget left unclaimed is still at the old base: refused, then brought up by the steward
+    refused = engine.tick(offers={"task-c": lanes["task-c"]})
+    assert refused["lane_refusals"][0]["reason"] == "batch_lane_base_mismatch"
+    run_git(lanes["task-c"], "merge", "-q", "--ff-only", report["handoffs"][0]["base_head"])
+    engine.tick(offers={"task-c": lanes["task-c"]})
+    engine.deliver("task-c", "c.txt", "c\n")
+    assert engine.tick()["batch_state"] == "completed"
+    assert len(engine.subjects(stopped.record["base_head"])) == 3
 
 
 def test_over_budget_with_a_parked_child_settles_needs_human(tmp_path):  # LANE-BUD-02, parked wins
