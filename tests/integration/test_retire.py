@@ -121,3 +121,16 @@ def test_retire_through_the_cli(tmp_path, capsys, monkeypatch):
     assert report["batch_state"] == "superseded" and report["handoffs"] == []
     assert main(["--root", engine.root, "retire", engine.slug, "--yes"]) == 2
     assert "stale_batch_absent" in capsys.readouterr().err
+
+
+def test_an_authorization_never_ticked_can_be_retired_so_a_new_plan_can_be_confirmed(tmp_path):
+    """lanes-es keeps authorizations in the log: one that never started a batch has no record to
+    supersede, and retiring it is what lets a changed plan be confirmed under a new batch id."""
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
+    stale = engine.authorize()
+    assert engine.service.confirmation(engine.slug).batch_id == stale  # otherwise the same batch again
+    retired = engine.service.retire(engine.slug)
+    assert (retired["batch_id"], retired["batch_state"]) == (stale, "superseded")
+    assert "explicit literal-user disposition" in retired["reason"]
+    assert batch_files(engine) == {}  # no record was ever written, and none is now
+    assert engine.service.confirmation(engine.slug).batch_id != stale
