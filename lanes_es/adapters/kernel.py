@@ -41,7 +41,6 @@ from lanes_es.adapters.qa import Finding, Verdict, run_acceptance_on_worktree
 from lanes_es.domain.audit_pair import (
     AUDIT_DIR,
     PROOF_FILE,
-    RECORD_FILE,
     TASK_RECORD_CONTRACT,
     audit_paths,
     canonical_bytes,

@@ -1,7 +1,6 @@
 """Observation of in-flight children, QA failure counting and coordinator corrections, on real
 repositories with the reference kernel in each Lane (issue 3): LANE-OBS-03/04/06 and
-LANE-QA-01/02/05/06/07. "claim held by another batch" is in test_resume.py, beside the
-rehydrateConsumption that prevents it for this batch's own claims."""
+LANE-QA-01/02/05/06/07."""
 
 from __future__ import annotations
 
@@ -16,6 +15,7 @@ from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.domain.report import LANE_NEEDS_HUMAN_NEXT_ACTION, NEXT_COORDINATOR, NEXT_REVIEW, RELEASE_SUFFIX
 from lanes_es.ports import KernelError
 from lanes_es.service import STORE_CONDITION_NEXT
+from lanes_es.tick import LaneTick
 from lanes_es.tick_input import InstructionInput
 from tests.engine import Engine, Task
 from tests.engine_more import (
@@ -57,7 +57,9 @@ def torn_record(engine: Engine, monkeypatch: Any) -> None:
 
 
 def stop_task(engine: Engine, monkeypatch: Any) -> None:
-    kernel(engine).stop(engine.lane("task-a"), "the user stopped it")
+    from tools.cli import main
+
+    assert main(["--root", engine.lane("task-a"), "task", "stop", "--reason", "the user stopped it"]) == 0
 
 
 def record_file(engine: Engine) -> str:
@@ -86,6 +88,19 @@ def test_an_in_flight_child_is_parked_its_dependent_skipped_and_its_sibling_inte
     assert (report["batch_state"], report["reason"]) == ("needs_human", expected)
     assert report["next_action"] == LANE_NEEDS_HUMAN_NEXT_ACTION
     assert Path(engine.lane("task-a")).is_dir()  # the parked Lane is kept
+
+
+def test_a_claim_this_batch_does_not_own_parks_claim_held_by_another_batch(tmp_path, monkeypatch):  # LANE-OBS-04
+    """ownsTaskClaim is the capability's consumption of the child's slot. A claim this batch made is
+    re-consumed on every tick (rehydrateConsumption, see test_resume.py); with that step taken out,
+    the tick's capability owns no slot, which is how a claim made under another batch looks."""
+    engine = trio(tmp_path)
+    monkeypatch.setattr(LaneTick, "rehydrate_consumption", lambda self: None)
+    report = engine.tick()
+    assert [(c["state"], c["reason"]) for c in report["children"]] == [
+        ("needs_human", "claim held by another batch"), ("needs_human", "claim held by another batch"),
+        ("skipped_blocked", "dependency task-a parked")]
+    assert claim_path(engine, "task-a").exists()  # the Lane and its claim are kept for a human
 
 
 def test_a_kernel_store_condition_is_a_rejection_that_writes_nothing(tmp_path, monkeypatch):  # LANE-OBS-03
