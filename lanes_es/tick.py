@@ -17,7 +17,7 @@ from lanes_es.domain.admission import decide_lane_admission
 from lanes_es.domain.authority import AuthorizationError, BatchCapability, BatchEnrollment, Binding
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.ids import LANE_EXECUTOR_HOSTS, batch_branch_name, lane_branch_name, parse_timestamp
-from lanes_es.domain.intent import delegated_revision_refusal
+from lanes_es.domain.intent import canonical_intent_hash, delegated_revision_refusal
 from lanes_es.domain.plan import compute_batch_plan_digest
 from lanes_es.domain.record import IN_FLIGHT, consumed_slots, expected_batch_head, is_terminal, prepared_record
 from lanes_es.domain.report import (
@@ -455,9 +455,10 @@ class LaneTick:
             current = self.ports.revisions.current_intent(child["lane"]["path"], request.task_id)
             if current is None:
                 return f"the Lane has no TaskRecord for {request.task_id}"
-            out_of_bounds = delegated_revision_refusal(authorized, current, request.next_intent)
-            if out_of_bounds:
-                return out_of_bounds
+            if not self.revision_awaits_record(request.task_id, current, request.next_intent):
+                out_of_bounds = delegated_revision_refusal(authorized, current, request.next_intent)
+                if out_of_bounds:
+                    return out_of_bounds
             confirmation_ref = f"delegated-batch:{self.record['batch_id']}@{grant['confirmation_time']}"
             from_revision, to_revision, content_hash = self.ports.revisions.apply_delegated_revision(
                 child["lane"]["path"], request.task_id, request.next_intent, confirmation_ref, self.now)
@@ -467,6 +468,15 @@ class LaneTick:
                                             content_hash, confirmation_ref)
         self.persist()
         return None
+
+    def revision_awaits_record(self, task_id: str, current: dict[str, Any], next_intent: dict[str, Any]) -> bool:
+        """The Lane already holds this revision, but the batch has no record of applying it (a crash
+        fell between the two): applying it again adopts the Lane's approval instead of refusing it."""
+        content_hash = canonical_intent_hash(next_intent)
+        if canonical_intent_hash(current) != content_hash:
+            return False
+        return not any(r["task_id"] == task_id and r["intent_content_hash"] == content_hash
+                       for r in self.record.get("delegated_revisions", []))
 
     # ------------------------------------------------------------ step 1: observe
 

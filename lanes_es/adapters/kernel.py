@@ -304,8 +304,11 @@ class ReferenceKernel:
         record = _active_run(store, task_id)
         intent = _parsed_next_intent(task_id, next_intent)
         path = record.intent_ref.path
-        sidecar, prior, mode = _prior_sidecar(lane_path, task_id, path)
         content_hash = canonical_intent_hash(intent)
+        applied = _applied_approval(record, content_hash, confirmation_ref)
+        if applied is not None:
+            return applied  # approved before a crash kept the batch from recording it
+        sidecar, prior, mode = _prior_sidecar(lane_path, task_id, path)
         authority = Authority(authority_kind="user", actor_id=DELEGATED_ACTOR_ID, confirmation_ref=confirmation_ref)
         revised = _moved(record, now, "approve_breaking_intent_revision", authority=authority,
                          from_revision=record.intent_ref.revision, to_revision=intent["revision"])
@@ -781,3 +784,17 @@ def write_atomic(path: str, data: bytes, staging_dir: str, mode: int = 0o600) ->
         if os.path.lexists(temporary):
             os.unlink(temporary)
         raise
+
+
+def _applied_approval(record: Any, content_hash: str, confirmation_ref: str) -> tuple[int, int, str] | None:
+    """The approval already in the record for exactly this intent and confirmation, if any."""
+    if record.intent_ref.content_hash != content_hash:
+        return None
+    for entry in reversed(record.history):
+        if entry.type == "approve_breaking_intent_revision":
+            authority = entry.authority
+            if authority is not msgspec.UNSET and authority is not None \
+                    and authority.confirmation_ref == confirmation_ref:
+                return entry.from_revision, entry.to_revision, content_hash
+            return None
+    return None

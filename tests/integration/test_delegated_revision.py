@@ -219,3 +219,26 @@ def test_a_failed_record_write_puts_the_prior_sidecar_back(tmp_path, monkeypatch
     assert lane_record(engine, "task-a") == record
     assert "delegated_revisions" not in engine.batch.record
     run_git(engine.lane("task-a"), "diff", "--quiet")  # the worktree matches the index again
+
+
+def test_a_revision_approved_in_the_lane_but_not_recorded_is_adopted_on_the_next_tick(tmp_path):
+    """A crash between the kernel's approval and the batch's record: the same lane_revision again adopts the
+    Lane's approval once, instead of refusing it as no longer breaking (issue 3, convergence)."""
+    from lanes_es.adapters.kernel import ReferenceKernel
+
+    engine = delegated_pair(tmp_path)
+    authorization = engine.service.initiative(engine.slug).current
+    ref = f"delegated-batch:{engine.batch.id}@{authorization.confirmation_time}"
+    request = revision(engine)
+    applied = ReferenceKernel(clock=engine.service.now).apply_delegated_revision(
+        engine.lane("task-a"), "task-a", request.next_intent, ref, engine.service.now())
+    assert applied[:2] == (1, 2)
+    history = len(lane_record(engine, "task-a")["history"])
+    report = engine.tick(revision=request)
+    assert report["lane_revision"] == {"task_id": "task-a", "accepted": True, "reason": None}
+    assert [(r["from_revision"], r["to_revision"]) for r in engine.batch.record["delegated_revisions"]] == [(1, 2)]
+    assert len(lane_record(engine, "task-a")["history"]) == history  # not approved a second time
+    again = engine.tick(revision=request)
+    assert again["lane_revision"]["accepted"] is False
+    assert "only a breaking revision" in again["lane_revision"]["reason"]
+    assert len(engine.batch.record["delegated_revisions"]) == 1
