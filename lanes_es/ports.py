@@ -11,6 +11,8 @@ from typing import Any, Protocol
 
 import msgspec
 
+from lanes_es.domain.events import VerificationResult
+
 # ---------------------------------------------------------------- values
 
 
@@ -112,12 +114,8 @@ class TrackerResult(msgspec.Struct, frozen=True, kw_only=True):
     message: str
 
 
-class CommandResult(msgspec.Struct, frozen=True, kw_only=True):
-    command: str
-    exit_code: int | None
-    signal: str | None
-    passed: bool
-    duration_ms: int
+# One final-verification command's outcome is the same fact in the port and in the log.
+CommandResult = VerificationResult
 
 
 # ---------------------------------------------------------------- errors

@@ -756,10 +756,8 @@ class LaneTick:
         commands = self.record.get("final_verification")
         if commands:
             head, results = self.ports.verifier.run_final_verification(self.tick.root, list(commands))
-            final = ev.FinalVerificationReport(
-                passed=all(result.passed for result in results), head=head,
-                results=[ev.VerificationResult(command=r.command, exit_code=r.exit_code, signal=r.signal,
-                                               passed=r.passed, duration_ms=r.duration_ms) for r in results])
+            final = ev.FinalVerificationReport(passed=all(result.passed for result in results), head=head,
+                                               results=list(results))
         handoffs = self.release_handoffs()
         if final is not None and not final.passed:
             failed = ", ".join(result.command for result in final.results if not result.passed)
