@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import sqlite3
 import subprocess
@@ -224,6 +225,9 @@ def run_on_a_terminal(args: list[str], out_path: Path) -> tuple[int, str]:
     received = bytearray()
     try:
         while True:
+            if not select.select([master], [], [], 120)[0]:  # a guard against a hung child, not a timing check
+                process.kill()
+                raise AssertionError(f"no output on the terminal for 120 s; it had shown {bytes(received)[-200:]!r}")
             try:
                 chunk = os.read(master, 65536)
             except OSError:  # EIO: the process closed its end of the terminal
