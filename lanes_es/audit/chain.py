@@ -31,7 +31,7 @@ from lanes_es.domain.events import canonical_bytes
 _CANONICAL = msgspec.json.Encoder(order="sorted")
 # Keys of the stored form that are not part of the sealed event: the link itself, and the
 # schema version the store adds for a class past v1 (events.canonical_bytes hashes neither).
-_UNSEALED_KEYS = ("digest", "class_version")
+_UNSEALED_KEYS = ("digest",)  # class_version is sealed: relabelling a row must break its link
 
 FIRST_VERSION = 1
 
@@ -163,8 +163,8 @@ def sealed_bytes(row: StoredEvent) -> bytes:
     """The bytes the event in `row` was sealed with, recomputed from the row as written.
 
     The store writes the whole event as sorted, compact JSON (plus `class_version` past
-    v1); `events.canonical_bytes` is the same JSON without the digest and with the class
-    name as `event`. Taking that from the stored JSON, not from the decoded event, keeps
+    v1); `events.canonical_bytes` is the same JSON, `class_version` included, without the
+    digest and with the class name as `event`. Taking that from the stored JSON, not from the decoded event, keeps
     the link of an old event whole after an upcaster reshaped it on read, and makes any
     key added to or removed from a row a change the chain sees. `ValueError` when the
     row's state is not a JSON object.

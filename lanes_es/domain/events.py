@@ -208,6 +208,9 @@ def canonical_bytes(event: _EventFields) -> bytes:
     """The bytes the audit chain hashes: the event's type and fields, sorted, without its digest."""
     fields = {name: getattr(event, name) for name in event.__struct_fields__ if name != "digest"}
     fields["event"] = type(event).__name__
+    class_version = getattr(type(event), "class_version", 1)
+    if class_version > 1:  # sealed, so a row relabelled to another schema version breaks its link
+        fields["class_version"] = class_version
     return _CANONICAL.encode(fields)
 
 

@@ -145,3 +145,13 @@ def test_a_key_added_to_a_stored_row_breaks_its_link(mixed_log: Path):
     _, events, breaks = read(mixed_log)
     assert events[2].text == "new words"
     assert [(found.version, found.rule) for found in breaks] == [(3, DIGEST_MISMATCH)]
+
+
+def test_class_version_is_sealed():
+    """A row's schema version is part of what its digest covers, so relabelling a row breaks its link."""
+    event = v2_event(1, "words", "")
+    row = StructMapper(NullTranscoder()).to_stored_event(event)
+    assert b'"class_version":2' in canonical_bytes(event) and b'"class_version":2' in sealed_bytes(row)
+    relabelled = StoredEvent(originator_id=row.originator_id, originator_version=row.originator_version,
+                             topic=row.topic, state=row.state.replace(b'"class_version":2,', b""))
+    assert sealed_bytes(relabelled) != sealed_bytes(row)
