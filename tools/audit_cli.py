@@ -21,7 +21,7 @@ import msgspec
 from lanes_es.audit.chain import chain_head, verify_stored
 from lanes_es.audit.export import ExportError, read_export_log, stored_lines, write_lines
 from lanes_es.audit.replay import ReplayRangeError, ReplayResult, TerminalProgress, replay
-from lanes_es.audit.verify import VerifyReport, verify_batch, verify_export_events
+from lanes_es.audit.verify import Finding, VerifyReport, verify_batch, verify_export_events
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.service import EXIT_INTERNAL, EXIT_OK, ServiceError
 from projections.audit_html import render_audit_html
@@ -48,6 +48,9 @@ def register(commands: Any) -> None:
                     "branch. With --export FILE, check an exported log without the store. Exit 0 only when all hold.")
     command.add_argument("batch_id", metavar="BATCH_ID", nargs="?")
     command.add_argument("--export", default=None, metavar="FILE", help="verify an exported log instead")
+    command.add_argument("--expect-head", default=None, metavar="DIGEST",
+                         help="the chain head recorded elsewhere (an earlier verify, an export); a log cut short "
+                              "or rewritten since then ends at another head")
     command.add_argument("--json", action="store_true", help="print the findings as JSON")
     command.set_defaults(func=_verify)
 
@@ -95,10 +98,11 @@ def _verify(args: argparse.Namespace) -> int:
     if args.export:
         if args.batch_id:
             raise ServiceError("invalid_input", "name a BATCH_ID or --export FILE, not both")
-        return verify_export_command(Path(args.export), args.json)
+        return verify_export_command(Path(args.export), args.json, expect_head=args.expect_head)
     if not args.batch_id:
         raise ServiceError("invalid_input", "name a BATCH_ID, or --export FILE to verify an exported log")
-    return _with_store(args, lambda store, root: verify_command(store, root, args.batch_id, args.json))
+    return _with_store(args, lambda store, root: verify_command(store, root, args.batch_id, args.json,
+                                                                 expect_head=args.expect_head))
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -188,7 +192,7 @@ def _fact(value: Any) -> str:
 
 
 def verify_command(store: Any, root: Path, batch_id: str, as_json: bool = False, out: TextIO | None = None,
-                   err: TextIO | None = None) -> int:
+                   err: TextIO | None = None, expect_head: str | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     events, stored_breaks = load_batch(store, batch_id)
     progress = TerminalProgress(stream=err, label="verifying")
@@ -196,12 +200,13 @@ def verify_command(store: Any, root: Path, batch_id: str, as_json: bool = False,
         report = verify_batch(batch_id, events, root, stored_breaks, progress=progress)
     finally:
         progress.finish()
+    _check_head(report, expect_head)
     _print_verify(report, as_json, out)
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def verify_export_command(path: Path, as_json: bool = False, out: TextIO | None = None,
-                          err: TextIO | None = None) -> int:
+                          err: TextIO | None = None, expect_head: str | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     try:
         events, stored_breaks = read_export_log(path)
@@ -212,8 +217,17 @@ def verify_export_command(path: Path, as_json: bool = False, out: TextIO | None 
         report = verify_export_events(events, progress=progress, stored_breaks=stored_breaks)
     finally:
         progress.finish()
+    _check_head(report, expect_head)
     _print_verify(report, as_json, out)
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _check_head(report: VerifyReport, expect_head: str | None) -> None:
+    """A chain that holds can still have lost its newest events; only a head kept elsewhere shows it."""
+    if expect_head is not None and report.head != expect_head:
+        report.findings.append(Finding(check="chain", version=report.events, code="head_mismatch",
+                                       message=f"the chain ends at {report.head}, not at the expected head "
+                                               f"{expect_head}: events were removed or replaced since it was recorded"))
 
 
 def _print_verify(report: VerifyReport, as_json: bool, out: TextIO) -> None:
