@@ -8,6 +8,7 @@ the v2 validator; if it does not, the command raises and the tick saves nothing.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import Any, Iterable
 
@@ -17,7 +18,7 @@ from .record import (
     IN_FLIGHT, apply_event, child_of, consumed_slots, dependents_to_skip, is_terminal, prepared_record,
 )
 from .report import report_after
-from .validator import validate_record
+from .validator import LANE_CHILD_STATES as LANE_STATES, InvalidRecord, validate_record
 
 
 class LaneBatch(ChainedAggregate):
@@ -60,8 +61,16 @@ class LaneBatch(ChainedAggregate):
         super().apply_fact(event)
 
     def trigger_event(self, event_class: type[ev.Event], **fields: Any) -> None:  # type: ignore[override]
+        """Apply the event, then require a valid record; if it is not, undo it and refuse, so that no
+        event whose record breaks a v2 rule is ever pending, let alone saved."""
+        saved = (copy.deepcopy(self.record), self.report, self.version, self.last_digest, len(self.pending_events))
         super().trigger_event(event_class, **fields)
-        validate_record(self.record, self.id)
+        try:
+            validate_record(self.record, self.id)
+        except InvalidRecord as error:
+            self.record, self.report, self.version, self.last_digest = saved[:4]
+            del self.pending_events[saved[4]:]
+            raise TransitionRefused(f"{event_class.__name__} refused: {error}") from None
 
     # ------------------------------------------------------------ reading
 
@@ -200,6 +209,10 @@ class LaneBatch(ChainedAggregate):
         self._require_moving()
         if batch_state not in ("completed", "needs_human", "budget_stopped", "failed"):
             raise TransitionRefused(f"a batch does not settle as {batch_state}")
+        if batch_state == "completed" and self.children_in(*(set(LANE_STATES) - {"integrated", "released"})):
+            raise TransitionRefused(f"batch {self.id} cannot complete: a child is not integrated")
+        if batch_state in ("budget_stopped", "failed") and self.children_in(*IN_FLIGHT):
+            raise TransitionRefused(f"batch {self.id} cannot settle {batch_state}: a child is still mid-flight")
         self.trigger_event(ev.BatchSettled, at=at, batch_state=batch_state, reason=reason,
                            next_action=next_action, extras=extras)
 
