@@ -49,6 +49,7 @@ def git_batch():
 
 
 def test_preflight_creates_the_batch_branch_at_base_head(tmp_path, git_batch):
+    """Ports LANE-SER-01."""
     root = make_repo(tmp_path / "repo")
     base = head(root)
     write_file(root, ".imm/state/batches/ignored.json", "{}\n")  # ignored state never makes the tree dirty
@@ -60,6 +61,7 @@ def test_preflight_creates_the_batch_branch_at_base_head(tmp_path, git_batch):
 
 
 def test_preflight_refuses_what_is_not_a_repository_root(tmp_path, git_batch):
+    """Ports LANE-SER-01."""
     plain = tmp_path / "plain"
     plain.mkdir()
     assert git_batch.preflight(str(plain), SLUG, "0" * 40).reason == "not_a_git_repository"
@@ -71,6 +73,7 @@ def test_preflight_refuses_what_is_not_a_repository_root(tmp_path, git_batch):
 
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
 def test_preflight_refuses_index_flags_that_hide_changes(tmp_path, git_batch, flag):
+    """Ports LANE-SER-01."""
     root = make_repo(tmp_path / "repo")
     run_git(root, "update-index", flag, "base.txt")
     write_file(root, "base.txt", "hidden edit\n")
@@ -80,6 +83,7 @@ def test_preflight_refuses_index_flags_that_hide_changes(tmp_path, git_batch, fl
 
 
 def test_preflight_refuses_a_dirty_tree_and_an_unborn_head(tmp_path, git_batch):
+    """Ports LANE-SER-01."""
     root = make_repo(tmp_path / "repo")
     write_file(root, "stray.txt", "x\n")
     result = git_batch.preflight(root, SLUG, head(root))
@@ -90,6 +94,7 @@ def test_preflight_refuses_a_dirty_tree_and_an_unborn_head(tmp_path, git_batch):
 
 
 def test_preflight_refuses_an_existing_branch_unless_a_settled_batch_may_reuse_it(tmp_path, git_batch):
+    """Ports LANE-SER-01."""
     root = make_repo(tmp_path / "repo")
     base = head(root)
     run_git(root, "branch", f"imm/{SLUG}")
@@ -151,6 +156,7 @@ def _refused_commit(git_batch, lane: str, base: str, evidence, *, branch: str = 
 
 
 def test_commit_shape(lane_repo, git_batch, monkeypatch):
+    """Ports LANE-LCM-03 and LANE-LCM-11."""
     for name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
         monkeypatch.delenv(name, raising=False)
     _, lane, base = lane_repo
@@ -181,6 +187,7 @@ def test_the_subject_falls_back_to_the_task_id():
 
 
 def test_nothing_is_committed_before_the_kernel_reports_the_child_done(lane_repo, git_batch):
+    """Ports LANE-LCM-10."""
     _, lane, base = lane_repo
     write_file(lane, "src/allowed.ts", "x\n")
     assert "not settled done (no settled run)" in _refused_commit(git_batch, lane, base, None)
@@ -192,6 +199,7 @@ def test_nothing_is_committed_before_the_kernel_reports_the_child_done(lane_repo
 
 
 def test_a_tampered_audit_pair_is_refused(lane_repo, git_batch):
+    """Ports LANE-LCM-10."""
     _, lane, base = lane_repo
     _settle(lane)
     record_path, _ = audit_pair_paths("task-a")
@@ -211,6 +219,7 @@ def test_a_tampered_audit_pair_is_refused(lane_repo, git_batch):
 
 
 def test_the_scope_comes_from_the_settled_run_and_escapes_are_refused(lane_repo, git_batch):
+    """Ports LANE-LCM-12."""
     root, lane, base = lane_repo
     _settle(lane)
     write_intent(lane, intent_json("task-a", [*SCOPE, "rogue.txt"]))  # a widened sidecar changes nothing
@@ -226,6 +235,7 @@ def test_the_scope_comes_from_the_settled_run_and_escapes_are_refused(lane_repo,
 
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
 def test_out_of_scope_edits_hidden_by_index_flags_are_refused(lane_repo, git_batch, flag):
+    """Ports LANE-LCM-12."""
     _, lane, base = lane_repo
     _settle(lane)
     run_git(lane, "update-index", flag, "base.txt")
@@ -234,6 +244,7 @@ def test_out_of_scope_edits_hidden_by_index_flags_are_refused(lane_repo, git_bat
 
 
 def test_lineage_and_branch_are_checked_before_committing(lane_repo, git_batch):
+    """Ports LANE-LCM-13."""
     root, lane, base = lane_repo
     _settle(lane)
     moved = commit_file(root, "other.txt", "o\n", "moved")
@@ -245,6 +256,7 @@ def test_lineage_and_branch_are_checked_before_committing(lane_repo, git_batch):
 
 
 def test_hooks_are_bypassed(lane_repo, git_batch):
+    """Ports LANE-LCM-14."""
     root, lane, base = lane_repo
     hooks = os.path.join(root, ".git", "hooks")
     os.makedirs(hooks, exist_ok=True)
@@ -265,6 +277,7 @@ def test_hooks_are_bypassed(lane_repo, git_batch):
 
 
 def test_staged_deletions_and_renames_in_scope_are_committed(lane_repo, git_batch):
+    """Ports LANE-LCM-14."""
     _, lane, base = lane_repo
     _settle(lane)
     run_git(lane, "rm", "-q", "src/existing.ts")
@@ -292,6 +305,7 @@ def test_an_empty_delivery_is_a_commit_failure(lane_repo, git_batch):
 
 
 def test_the_lookup_returns_the_runner_own_commit(lane_repo, git_batch):
+    """Ports LANE-LCM-15."""
     _, lane, base = lane_repo
     STATS.reset()
     assert git_batch.lookup_batch_commit(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence()) is None
@@ -305,6 +319,7 @@ def test_the_lookup_returns_the_runner_own_commit(lane_repo, git_batch):
 
 
 def test_the_lookup_refuses_an_external_commit_on_top(lane_repo, git_batch):
+    """Ports LANE-LCM-15."""
     _, lane, base = lane_repo
     _settle(lane)
     git_batch.commit_child(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())
@@ -314,6 +329,7 @@ def test_the_lookup_refuses_an_external_commit_on_top(lane_repo, git_batch):
 
 
 def test_the_lookup_refuses_a_forged_commit_without_durable_evidence(lane_repo, git_batch):
+    """Ports LANE-LCM-15."""
     _, lane, base = lane_repo
     _settle(lane)
     forged = commit_all(lane, batch_message("task-a", BATCH))

@@ -38,6 +38,7 @@ def test_tick_before_authorize_names_the_next_step(tmp_path, capsys):
 
 
 def test_invalid_tick_input_is_refused_before_anything_is_read(tmp_path, capsys):
+    """Ports LANE-INP-05."""
     engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])})
     engine.authorize()
     assert main(["--root", engine.root, "tick", engine.slug, "--max-parallel", "0"]) == 2

@@ -33,6 +33,7 @@ def code_of(built: Built) -> tuple[str | None, int]:
 
 
 def test_a_completed_lane_batch_is_accepted_in_commit_order(tmp_path: Path):
+    """Ports LANE-CMP-08."""
     built = completed(tmp_path)
     refs, status = all_refs(built.root), porcelain(built.root)
     STATS.reset()
@@ -53,6 +54,7 @@ def test_a_completed_lane_batch_is_accepted_in_commit_order(tmp_path: Path):
 
 
 def test_released_children_are_accepted(tmp_path: Path):
+    """Ports LANE-CMP-09."""
     built = completed(tmp_path)
 
     def release(document: dict[str, Any]) -> None:
@@ -67,6 +69,7 @@ def test_released_children_are_accepted(tmp_path: Path):
 
 
 def test_a_parked_state_is_a_state_report_mismatch(tmp_path: Path):
+    """Ports LANE-CMP-09."""
     built = make_batch(tmp_path, ["task-s0", "task-s1"])
     deliver(built, "task-s1")
     write_documents(built, ["task-s0", "task-s1"], final_state="needs_human")
@@ -74,18 +77,21 @@ def test_a_parked_state_is_a_state_report_mismatch(tmp_path: Path):
 
 
 def test_a_record_that_contradicts_itself(tmp_path: Path):
+    """Ports LANE-CMP-09 and LANE-REC-02."""
     built = completed(tmp_path)
     edit_json(state_path(built.root, BATCH), lambda d: d["children"][0].update(state="needs_human", reason="x"))
     assert code_of(built) == ("state_report_mismatch", 1)
 
 
 def test_report_max_parallel_differs(tmp_path: Path):
+    """Ports LANE-CMP-09."""
     built = completed(tmp_path)
     edit_json(report_path(built.root, BATCH), lambda d: d.update(max_parallel=3))
     assert code_of(built) == ("state_report_mismatch", 1)
 
 
 def test_report_without_handoffs_or_with_a_serial_handoff_is_malformed(tmp_path: Path):
+    """Ports LANE-CMP-09."""
     built = completed(tmp_path)
     edit_json(report_path(built.root, BATCH), lambda d: d.pop("handoffs"))
     assert code_of(built) == ("malformed_report", 2)
@@ -94,12 +100,14 @@ def test_report_without_handoffs_or_with_a_serial_handoff_is_malformed(tmp_path:
 
 
 def test_a_duplicated_commit(tmp_path: Path):
+    """Ports LANE-CMP-09."""
     built = completed(tmp_path)
     edit_both(built, lambda d: d["commits"].append(d["commits"][0]))
     assert code_of(built) == ("commit_order_mismatch", 1)
 
 
 def test_reversed_commits_and_a_moved_base_break_the_lineage(tmp_path: Path):
+    """Ports LANE-CMP-09."""
     built = completed(tmp_path)
     edit_both(built, lambda d: d["commits"].reverse())
     assert code_of(built) == ("lineage_mismatch", 1)
@@ -110,6 +118,7 @@ def test_reversed_commits_and_a_moved_base_break_the_lineage(tmp_path: Path):
 
 
 def test_unreadable_inputs(tmp_path: Path):
+    """Ports LANE-REC-03."""
     built = completed(tmp_path)
     assert verify_completion(built.root, "../etc").code == "invalid_input"
     assert verify_completion(built.root, "batch-unknown").code == "read_failed"
@@ -160,12 +169,14 @@ def amend_last(built: Built, *, message: str | None = None) -> None:
 
 
 def test_head_amended_without_the_trailer(tmp_path: Path):
+    """Ports LANE-CMP-09."""
     built = completed(tmp_path)
     amend_last(built, message="imm(task-s0): deliver")
     assert code_of(built) == ("missing_commit_evidence", 1)
 
 
 def test_a_tampered_proof_hash(tmp_path: Path):
+    """Ports LANE-CMP-09."""
     built = completed(tmp_path)
     task, _, run_id = built.delivered[-1]
     proof = Path(built.root) / f".imm/audit/{task}/{run_id}/terminal-proof.json"
@@ -175,6 +186,7 @@ def test_a_tampered_proof_hash(tmp_path: Path):
 
 
 def test_an_extra_file_outside_the_scope(tmp_path: Path):
+    """Ports LANE-CMP-09."""
     built = completed(tmp_path)
     write_file(built.root, "other.ts", "export {}\n")
     amend_last(built)
@@ -220,6 +232,7 @@ def with_user_commit_between(tmp_path: Path, *, recorded: bool) -> Built:
 
 
 def test_an_adopted_user_commit_between_children_is_accepted(tmp_path: Path):
+    """Ports LANE-LIN-02."""
     built = with_user_commit_between(tmp_path, recorded=True)
     observation = verify_completion(built.root, BATCH)
     assert observation.complete, observation.message
@@ -229,17 +242,20 @@ def test_an_adopted_user_commit_between_children_is_accepted(tmp_path: Path):
 
 
 def test_an_unrecorded_user_commit_between_children(tmp_path: Path):
+    """Ports LANE-LIN-02."""
     built = with_user_commit_between(tmp_path, recorded=False)
     assert code_of(built) == ("missing_commit_evidence", 1)
 
 
 def test_an_unrecorded_user_commit_after_the_last_child(tmp_path: Path):
+    """Ports LANE-LIN-02."""
     built = completed(tmp_path)
     commit_file(built.root, "outside.txt", "by hand\n", "a user commit")
     assert code_of(built) == ("lineage_mismatch", 1)
 
 
 def test_an_adopted_user_commit_after_the_last_child_is_accepted(tmp_path: Path):
+    """Ports LANE-LIN-02."""
     built = make_batch(tmp_path, ["task-s0", "task-s1"])
     deliver(built, "task-s1")
     last = deliver(built, "task-s0")
@@ -249,6 +265,7 @@ def test_an_adopted_user_commit_after_the_last_child_is_accepted(tmp_path: Path)
 
 
 def test_an_adoption_pointing_back_breaks_the_lineage(tmp_path: Path):
+    """Ports LANE-LIN-02."""
     built = completed(tmp_path)
     first, last = built.delivered[0][1], built.delivered[1][1]
     edit_both(built, lambda d: d.setdefault("adopted_heads", []).append({"from": last, "to": first}))

@@ -105,6 +105,7 @@ def commit_on_batch_branch(engine: Engine, path: str, content: str, message: str
 
 
 def test_conflict_and_broken_sibling_acceptance_park_with_the_branch_unmoved(tmp_path):
+    """Ports LANE-LCM-02 and LANE-INT-15."""
     engine = Engine.create(tmp_path, {
         "alpha": Task(["alpha.txt"], verification=fails_if_exists("breaker.txt")),
         "breaker": Task(["breaker.txt"]),

@@ -13,6 +13,7 @@ from tests.gitfixtures import head, make_repo
 
 
 def test_records_command_exit_status_and_timing_and_the_head(tmp_path):
+    """Ports LANE-CMP-05."""
     root = make_repo(tmp_path / "repo")
     current, results = run_final_verification(root, ["git status"])
     assert current == head(root)
@@ -23,6 +24,7 @@ def test_records_command_exit_status_and_timing_and_the_head(tmp_path):
 
 
 def test_a_failing_command_is_not_passed_and_the_next_still_runs(tmp_path):
+    """Ports LANE-CMP-05."""
     root = make_repo(tmp_path / "repo")
     _, results = run_final_verification(root, ["git no-such-subcommand", "git status"])
     assert [result.passed for result in results] == [False, True]
@@ -44,6 +46,7 @@ def test_commands_run_without_a_shell_in_the_root_with_the_process_environment(t
 
 
 def test_a_command_past_its_timeout_is_killed_and_reported(tmp_path):
+    """Ports LANE-CMP-05."""
     root = make_repo(tmp_path / "repo")
     _, results = run_final_verification(root, ["sleep 5"], timeout_ms=200)
     assert results[0].passed is False and results[0].signal == "timeout" and results[0].exit_code is None

@@ -98,6 +98,7 @@ def _refused(lanes: GitLanes, request: IntegrationRequest) -> IntegrationError:
 
 
 def test_fast_forwards_to_the_lane_commit_itself_when_the_batch_head_is_the_lane_base(tmp_path, repo, lanes):
+    """Ports LANE-INT-01."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-a", {"a.txt": "a\n"})
     STATS.reset()
     landed = lanes.integrate(_request(repo, "task-a", base, lane_commit))
@@ -108,6 +109,7 @@ def test_fast_forwards_to_the_lane_commit_itself_when_the_batch_head_is_the_lane
 
 
 def test_replays_a_lane_change_onto_a_moved_batch_head_and_keeps_its_identity(tmp_path, repo, lanes):
+    """Ports LANE-INT-02."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-a", {"b.txt": "b\n"})
     moved = commit_file(repo, "other.txt", "other\n", "unrelated")
     landed = lanes.integrate(_request(repo, "task-a", base, lane_commit))
@@ -120,6 +122,7 @@ def test_replays_a_lane_change_onto_a_moved_batch_head_and_keeps_its_identity(tm
 
 def test_the_candidate_keeps_the_lane_message_and_author_and_takes_the_batch_committer(tmp_path, repo, lanes,
                                                                                      monkeypatch):
+    """Ports LANE-INT-17."""
     lane, base = add_lane(repo, SLUG, "task-a", tmp_path / "lanes"), head(repo)
     write_file(lane, "b.txt", "b\n")
     message = "imm(task-a): deliver b\n\nbody line\n\nImmune-Brain-Batch: batch-001\n"
@@ -141,6 +144,7 @@ def test_the_candidate_keeps_the_lane_message_and_author_and_takes_the_batch_com
 
 
 def test_the_committer_follows_the_environment(tmp_path, repo, lanes, monkeypatch):
+    """Ports LANE-INT-17."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-a", {"b.txt": "b\n"})
     commit_file(repo, "other.txt", "other\n", "unrelated")
     monkeypatch.setenv("GIT_COMMITTER_NAME", "Night Shift")
@@ -153,6 +157,7 @@ def test_the_committer_follows_the_environment(tmp_path, repo, lanes, monkeypatc
 
 
 def test_refuses_a_conflicting_change_and_leaves_the_branch_unmoved(tmp_path, repo, lanes):
+    """Ports LANE-INT-03."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-a", {"base.txt": "lane\n"})
     commit_file(repo, "base.txt", "batch\n", "batch edit")
     error = _refused(lanes, _request(repo, "task-a", base, lane_commit))
@@ -162,6 +167,7 @@ def test_refuses_a_conflicting_change_and_leaves_the_branch_unmoved(tmp_path, re
 
 @pytest.mark.parametrize("case", ["branch", "head", "base"])
 def test_refuses_a_broken_lineage(tmp_path, repo, lanes, case):
+    """Ports LANE-INT-04."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-a", {"a.txt": "a\n"})
     request = {
         "branch": _request(repo, "task-a", base, lane_commit, branch="imm/other"),
@@ -179,6 +185,7 @@ def test_refuses_a_broken_lineage(tmp_path, repo, lanes, case):
 
 
 def test_refuses_a_lane_commit_with_two_parents_and_a_base_off_the_batch_history(tmp_path, repo, lanes):
+    """Ports LANE-INT-04."""
     base = head(repo)
     lane = add_lane(repo, SLUG, "task-a", tmp_path / "lanes")
     run_git(lane, "checkout", "-q", "-b", "side")
@@ -199,6 +206,7 @@ def test_refuses_a_lane_commit_with_two_parents_and_a_base_off_the_batch_history
 
 
 def test_refuses_a_candidate_that_no_longer_carries_the_lane_change(tmp_path, repo, lanes):
+    """Ports LANE-INT-05."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-a", {"g.txt": "same\n"})
     commit_file(repo, "g.txt", "same\n", "the same edit, made on the batch branch")
     branch_before = rev(repo, BRANCH)
@@ -209,6 +217,7 @@ def test_refuses_a_candidate_that_no_longer_carries_the_lane_change(tmp_path, re
 
 
 def test_change_identity_distinguishes_content_and_mode(tmp_path, repo):
+    """Ports LANE-INT-06."""
     base = head(repo)
     first = add_lane(repo, SLUG, "task-a", tmp_path / "one")
     second = add_lane(repo, SLUG, "task-x", tmp_path / "two")
@@ -223,6 +232,7 @@ def test_change_identity_distinguishes_content_and_mode(tmp_path, repo):
 
 
 def test_reports_a_plumbing_conflict_with_a_sibling_as_a_conflict(tmp_path, repo, lanes):
+    """Ports LANE-INT-12."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-c", {"shared.txt": "lane\n"})
     sibling = commit_file(repo, "shared.txt", "sibling\n", batch_message("task-s", BATCH))
     error = _refused(lanes, _request(repo, "task-c", base, lane_commit, siblings=[
@@ -242,6 +252,7 @@ def test_a_fast_forward_the_coordinator_checkout_refuses_is_a_conflict(tmp_path,
 
 
 def test_a_passing_descriptor_rerun_fast_forwards(tmp_path, repo, lanes):
+    """Ports LANE-INT-07."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-c", {"task-c.txt": "c\n"})
     assert lanes.integrate(_request(repo, "task-c", base, lane_commit)) == lane_commit
     assert rev(repo, BRANCH) == lane_commit and head(repo) == lane_commit
@@ -255,6 +266,7 @@ def _sibling_breaks_c(tmp_path, repo) -> tuple[str, str, str, IntegrationChild]:
 
 
 def test_a_sibling_change_that_breaks_the_child_descriptor_is_refused(tmp_path, repo, lanes):
+    """Ports LANE-INT-08."""
     _, base, lane_commit, sibling = _sibling_breaks_c(tmp_path, repo)
     error = _refused(lanes, _request(repo, "task-c", base, lane_commit, siblings=[sibling]))
     assert error.reason == "batch_integration_check_failed"
@@ -264,6 +276,7 @@ def test_a_sibling_change_that_breaks_the_child_descriptor_is_refused(tmp_path, 
 
 
 def test_a_disjoint_child_still_integrates_after_another_child_guard_failed(tmp_path, repo, lanes):
+    """Ports LANE-INT-13."""
     lane_c, base, c_commit, sibling = _sibling_breaks_c(tmp_path, repo)
     with pytest.raises(IntegrationError):
         lanes.integrate(_request(repo, "task-c", base, c_commit, siblings=[sibling]))
@@ -295,6 +308,7 @@ def test_each_sibling_landed_after_the_lane_base_is_rerun_and_older_ones_are_not
 
 
 def test_an_export_ignore_attribute_cannot_hide_a_sibling_file_from_the_rerun(tmp_path, repo, lanes):
+    """Ports LANE-INT-17."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-c", {"task-c.txt": "c\n"})
     write_file(repo, "shared.txt", "shared\n")
     write_file(repo, ".gitattributes", "shared.txt export-ignore\n.gitattributes export-ignore\n")
@@ -306,6 +320,7 @@ def test_an_export_ignore_attribute_cannot_hide_a_sibling_file_from_the_rerun(tm
 
 def test_the_rerun_sees_modes_and_symlinks_of_the_candidate_and_leaves_no_tree_behind(tmp_path, repo, lanes,
                                                                                    monkeypatch):
+    """Ports LANE-INT-17."""
     check = descriptor([], executable="./tools/check.sh")
     link = descriptor(["-c", "import os,sys; sys.exit(0 if os.readlink('link.txt') == 'task-c.txt' else 1)"])
     write_intent(repo, intent_json("task-c", ["task-c.txt", "tools", "link.txt"], acceptance=[
@@ -329,6 +344,7 @@ def test_the_rerun_sees_modes_and_symlinks_of_the_candidate_and_leaves_no_tree_b
 
 
 def test_a_rerun_without_an_intent_is_a_failure(tmp_path, repo, lanes):
+    """Ports LANE-INT-11."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-c", {"task-c.txt": "c\n"})
     absent = _refused(lanes, _request(repo, "task-c", base, lane_commit, intent="docs/plans/absent.intent.json"))
     assert absent.reason == "batch_integration_check_failed"
@@ -339,6 +355,7 @@ def test_a_rerun_without_an_intent_is_a_failure(tmp_path, repo, lanes):
 
 
 def test_an_unreadable_intent_or_an_invalid_descriptor_is_a_failure(tmp_path, repo, lanes):
+    """Ports LANE-INT-11."""
     lane, base = add_lane(repo, SLUG, "task-c", tmp_path / "lanes"), head(repo)
     write_file(lane, "task-c.txt", "c\n")
     write_file(lane, intent_path("task-c"), "{ not json\n")
@@ -356,6 +373,7 @@ def test_an_unreadable_intent_or_an_invalid_descriptor_is_a_failure(tmp_path, re
 
 
 def test_a_rerun_that_cannot_complete_is_a_failure(tmp_path, repo, lanes, monkeypatch):
+    """Ports LANE-INT-11."""
     _, base, lane_commit = _deliver(repo, tmp_path, "task-c", {"task-c.txt": "c\n"})
 
     def explode(*_args, **_kwargs):
@@ -368,6 +386,7 @@ def test_a_rerun_that_cannot_complete_is_a_failure(tmp_path, repo, lanes, monkey
 
 
 def test_a_failing_descriptor_names_every_failed_item(tmp_path, repo, lanes):
+    """Ports LANE-INT-11."""
     fail = descriptor(["-c", "import sys; sys.exit(3)"])
     write_intent(repo, intent_json("task-c", ["task-c.txt"], acceptance=[
         {"id": "A1", "assertion": "passes", "verification": fails_if_exists("nothing.txt")},

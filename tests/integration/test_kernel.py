@@ -102,6 +102,7 @@ def world(tmp_path):
 
 
 def test_enrollment_writes_into_the_lanes_own_store_not_the_coordinators(world):
+    """Ports LANE-ENR-03."""
     lane = world.lane("task-a")
     assert world.kernel.active_claim_task_id(lane) is None
     world.kernel.enroll_task(lane, "task-a", world.enrollment())
@@ -143,6 +144,7 @@ def test_enrollment_costs_one_git_spawn(world):
 
 
 def test_a_lane_whose_head_is_not_the_expected_head_is_refused_with_nothing_written(world):
+    """Ports LANE-LIN-05."""
     lane = world.lane("task-a")
     moved = commit_file(lane, "extra.txt", "x\n")
     with pytest.raises(KernelError) as refused:
@@ -154,6 +156,7 @@ def test_a_lane_whose_head_is_not_the_expected_head_is_refused_with_nothing_writ
 
 
 def test_a_changed_intent_is_refused_with_nothing_written(world):
+    """Ports LANE-SER-02."""
     lane = world.lane("task-a")
     changed = intent_json("task-a", ["a.txt"], goal="Something else")
     commit_file(lane, "docs/plans/task-a.intent.json", json.dumps(changed))
@@ -189,6 +192,7 @@ def test_an_unreadable_intent_is_refused_with_nothing_written(world, damage):
 
 
 def test_capability_refusals_are_upstreams_and_write_nothing(world):
+    """Ports LANE-SER-02."""
     lane = world.lane("task-a")
     with pytest.raises(KernelError, match="^batch_child_not_in_plan: task-z$"):
         world.kernel.enroll_task(lane, "task-z", world.enrollment())
@@ -199,6 +203,7 @@ def test_capability_refusals_are_upstreams_and_write_nothing(world):
 
 
 def test_an_exhausted_budget_is_refused(tmp_path):
+    """Ports LANE-SER-02."""
     intents = {"task-a": intent_json("task-a", ["a.txt"]), "task-b": intent_json("task-b", ["b.txt"])}
     world = World(tmp_path, intents)
     world.capability = capability([plan_child(t, i) for t, i in intents.items()], world.base, max_children=1)
@@ -400,6 +405,7 @@ def test_the_lane_commit_carries_the_kernels_audit_pair(world):
 
 
 def test_a_half_written_claim_is_a_projection_error_and_an_unreadable_claim(world):
+    """Ports LANE-ADM-03."""
     lane = world.enroll("task-a")
     Path(lane, ".imm/state/kernel/claim.json").write_text('{"contract": "lanes_es/lane_cl')
     projection = world.kernel.project_task(lane, "task-a")

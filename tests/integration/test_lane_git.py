@@ -83,6 +83,7 @@ def test_porcelain_v2_records_convert_to_v1_codes():
 
 
 def test_inspect_lane_reads_real_facts_from_a_real_worktree(tmp_path, repo, lanes):
+    """Ports LANE-ADM-03."""
     base = head(repo)
     lane = add_lane(repo, SLUG, "task-a", tmp_path / "lanes")
     facts = lanes.inspect_lane(repo, lane)
@@ -96,6 +97,7 @@ def test_inspect_lane_reads_real_facts_from_a_real_worktree(tmp_path, repo, lane
 
 
 def test_inspect_lane_reports_dirt_foreign_repository_missing_path_and_subdirectory(tmp_path, repo, lanes):
+    """Ports LANE-ADM-03."""
     lane = add_lane(repo, SLUG, "task-a", tmp_path / "lanes")
     write_file(lane, "stray.txt", "x\n")
     assert lanes.inspect_lane(repo, lane).clean is False
@@ -226,6 +228,7 @@ def test_lineage_fast_forward_costs_two_spawns_given_a_view(repo, lanes):
 
 
 def test_audit_pair_is_found_only_complete_for_the_named_task_at_the_given_head(repo, lanes):
+    """Ports LANE-REL-09."""
     base = head(repo)
     record_path, proof_path = write_audit_pair(repo, "task-a", "run-1")
     os.remove(os.path.join(repo, proof_path))
@@ -240,6 +243,7 @@ def test_audit_pair_is_found_only_complete_for_the_named_task_at_the_given_head(
 
 
 def test_audit_pair_of_a_task_id_prefix_does_not_count(repo, lanes):
+    """Ports LANE-REL-09."""
     write_audit_pair(repo, "task-ab", "run-1")
     pair = commit_all(repo, "pair of task-ab", batch_identity=False)
     assert lanes.audit_reachable(repo, pair, "task-a") is False

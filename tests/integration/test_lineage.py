@@ -16,6 +16,7 @@ from tests.gitfixtures import git_out, run_git
 
 
 def test_user_fast_forwards_are_adopted_and_the_completed_chain_verifies(tmp_path):
+    """Ports LANE-LCM-03 and LANE-LIN-02."""
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"], blocked_by=["task-a"])})
     batch_id = engine.authorize()
     base = engine.tick()["handoffs"][0]["base_head"]

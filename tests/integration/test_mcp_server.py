@@ -148,6 +148,7 @@ BAD_CALLS = [
 
 
 def test_invalid_max_parallel_and_lane_offers_are_refused_with_upstreams_messages_and_nothing_written(repo, tmp_path):
+    """Ports LANE-INP-05 and LANE-INP-06."""
     refs, coordinator_head, events = all_refs(repo), head(repo), store_events(repo)
     user = User()
 
@@ -186,6 +187,7 @@ def execute(handoff: dict[str, Any]) -> None:
 
 
 def test_a_batch_of_three_runs_to_completed_through_start_unattended_batch(repo, tmp_path):
+    """Ports LANE-INP-10 and LANE-DEL-01."""
     user = User()
     lanes = tmp_path / "lanes"
 
@@ -244,6 +246,7 @@ def test_a_batch_of_three_runs_to_completed_through_start_unattended_batch(repo,
 
 
 def test_without_elicitation_the_facts_come_back_with_the_command_that_confirms_them(repo, tmp_path):
+    """Ports LANE-GRP-08."""
     async def ask_then_retry(after_refusal: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         async with host(repo, tmp_path, user=None) as client:
             refused = (await call(client, "start_unattended_batch", initiative_slug=SLUG, max_parallel=2))[1]
@@ -281,6 +284,7 @@ def test_a_declined_or_cancelled_confirmation_writes_nothing(repo, tmp_path, ans
 
 
 def test_retire_stale_batch_is_refused_while_a_child_is_in_flight_before_any_gate(repo, tmp_path):
+    """Ports LANE-DISP-05."""
     user = User()
     lanes = tmp_path / "lanes"
 
@@ -301,6 +305,7 @@ def test_retire_stale_batch_is_refused_while_a_child_is_in_flight_before_any_gat
 
 
 def test_retire_stale_batch_asks_the_user_then_supersedes_the_batch(repo, tmp_path):
+    """Ports LANE-DISP-08."""
     user = User()
 
     async def main() -> list[tuple[bool, dict[str, Any]]]:

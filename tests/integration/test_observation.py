@@ -104,6 +104,7 @@ def test_a_claim_this_batch_does_not_own_parks_claim_held_by_another_batch(tmp_p
 
 
 def test_a_kernel_store_condition_is_a_rejection_that_writes_nothing(tmp_path, monkeypatch):  # LANE-OBS-03
+    """Ports LANE-REL-10."""
     engine = trio(tmp_path)
     engine.deliver("task-a", "a.txt", "a\n")
     engine.tick()

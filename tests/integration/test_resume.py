@@ -107,7 +107,8 @@ def test_a_parked_batch_resumes_only_on_a_fresh_confirmation_and_only_from_its_l
 
 def test_a_fresh_capability_re_consumes_the_in_flight_slots(tmp_path):
     """rehydrateConsumption: after a fresh confirmation the enrolled children are still this batch's own
-    claims, not "claim held by another batch" (what they would be without it: test_observation.py)."""
+    claims, not "claim held by another batch" (what they would be without it: test_observation.py).
+    Ports LANE-NH-04."""
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"])})
     engine.authorize(max_parallel=2)
     enroll(engine, "task-a", "task-b")
@@ -144,6 +145,7 @@ def test_a_parked_lane_without_a_recorded_run_cannot_resume(tmp_path):  # LANE-N
 
 
 def test_a_resume_with_another_max_parallel_is_refused_and_writes_nothing(tmp_path):  # batch_parallel_mismatch
+    """Ports LANE-INP-08."""
     engine, _ = parked_pair(tmp_path)
     before = batch_files(engine)
     with pytest.raises(ServiceError) as refused:
@@ -194,6 +196,7 @@ def test_an_empty_plan_is_refused_before_anything_is_read_or_written(tmp_path): 
 
 
 def test_a_preflight_refusal_of_a_new_batch_writes_nothing(tmp_path):
+    """Ports LANE-SER-01."""
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
     engine.authorize()
     write_file(engine.root, "stray.txt", "user work\n")

@@ -32,6 +32,7 @@ def parked_trio(tmp_path) -> Engine:
 
 
 def test_a_parked_lane_batch_is_retired_as_superseded_and_stays_v2(tmp_path):  # LANE-REC-04
+    """Ports LANE-DISP-04."""
     engine = parked_trio(tmp_path)
     batch_id = engine.batch.id
     children = engine.batch.record["children"]
@@ -63,6 +64,7 @@ class SimulatedCrash(BaseException):
 
 
 def test_a_child_in_flight_blocks_retirement(tmp_path, monkeypatch):  # LANE-REC-05
+    """Ports LANE-DISP-05."""
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])})
     engine.authorize(max_parallel=2)
     report = engine.tick()
@@ -91,6 +93,7 @@ def test_a_child_in_flight_blocks_retirement(tmp_path, monkeypatch):  # LANE-REC
 
 
 def test_without_an_active_batch_there_is_nothing_to_retire(tmp_path):
+    """Ports LANE-DISP-08."""
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
     with pytest.raises(ServiceError) as never:
         engine.service.retire(engine.slug)

@@ -67,6 +67,7 @@ def test_two_disjoint_children_in_flight_and_one_commit_each():  # LANE-SCH-14 o
 
 
 def test_overlapping_children_serialize():  # LANE-SCH-06 through the tick
+    """Ports LANE-ADM-05."""
     harness = Harness(plan_children(("task-a", []), ("task-b", [])), max_parallel=2)
     report = harness.tick()
     assert [h["task_id"] for h in report["handoffs"]] == ["task-a"]
@@ -103,6 +104,7 @@ def test_occupied_lane_is_refused():
 
 
 def test_in_flight_never_above_max_parallel():
+    """Ports LANE-ADM-05."""
     harness = Harness(plan_children(("a", []), ("b", []), ("c", [])), max_parallel=2)
     harness.batch_git.scopes = {"a": ["a"], "b": ["b"], "c": ["c"]}
     report = harness.tick()
@@ -154,6 +156,7 @@ def test_in_flight_child_parks_and_sibling_continues(setup, reason):  # LANE-OBS
 
 
 def test_park_skips_dependents_transitively():
+    """Ports LANE-OBS-04."""
     harness = Harness(plan_children(("a", []), ("b", ["a"]), ("c", ["a", "b"])))
     harness.tick()
     harness.tick([("a", harness.lane_git.add_lane("a"))])
@@ -289,6 +292,7 @@ def test_integration_failure_parks_skips_dependents_and_keeps_going():  # LANE-I
 
 
 def test_plain_integration_error_is_prefixed_as_conflict():
+    """Ports LANE-INT-15."""
     harness = two_dependent()
     harness.lane_git.integrate_errors["task-a"] = IntegrationError("batch_integration_conflict", "merge-tree conflict")
     harness.tick()
@@ -311,6 +315,7 @@ def test_lineage_break_in_commit_fails_the_batch():  # LANE-LCM-04
 
 
 def test_existing_lane_commit_is_adopted_not_recommitted():
+    """Ports LANE-LCM-04."""
     harness = two_dependent()
     harness.tick()
     harness.tick([("task-a", harness.lane_git.add_lane("task-a"))])
@@ -464,6 +469,7 @@ def test_tracker_closes_once_after_integration_and_retries():  # LANE-TRK-01, TR
 
 
 def test_tracker_reports_a_missing_proof():
+    """Ports LANE-TRK-05."""
     harness = two_dependent(tracker=FakeTracker())
     harness.tick()
     harness.tick([("task-a", harness.lane_git.add_lane("task-a"))])

@@ -172,6 +172,7 @@ def test_rec06_duplicate_children_are_refused():
 
 @pytest.mark.parametrize("state", ["budget_stopped", "failed", "rejected", "superseded"])
 def test_rec06_a_settled_batch_with_a_child_mid_flight_is_refused(state):
+    """Ports LANE-DISP-09."""
     record = valid_record()
     record["batch_state"] = state
     with pytest.raises(InvalidRecord, match=f"is {state} but a child is still mid-flight"):
