@@ -52,6 +52,7 @@ def test_in_flight_never_above_max_parallel(tmp_path):
 
 @pytest.mark.parametrize("case", ["foreign", "coordinator", "branch", "base", "dirty", "occupied", "unknown"])
 def test_every_admission_refusal_writes_nothing(tmp_path, case):  # LANE-ADM-04..09
+    """Ports LANE-ADM-04, LANE-ADM-05, LANE-ADM-07, LANE-ADM-08 and LANE-ADM-09."""
     engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"], blocked_by=["task-a"])})
     engine.authorize()
     report = engine.tick()

@@ -1,11 +1,14 @@
 """The scenarios of shared/spec/scenarios.md that no other unit test ported, over fakes of the
 tick's ports (tests/unit/fakes.py) or as pure functions: LANE-ENR-05, LANE-REL-08, LANE-CMP-06,
-LANE-CMP-10, LANE-DEL-01, LANE-DISP-01, LANE-DISP-09, LANE-REC-07 and LANE-SER-02.
-tests/SCENARIOS.md maps every scenario to its test."""
+LANE-CMP-10, LANE-DEL-01, LANE-DISP-01, LANE-DISP-09, LANE-REC-07 and LANE-SER-02; and the check
+that tests/SCENARIOS.md, which maps every scenario to its tests, points only at tests that exist."""
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +27,7 @@ from lanes_es.tick_input import TickInput
 
 from .fakes import BASE, NOW, SLUG, FakeKernel, Harness, authorization, plan_children
 
+PROJECT = Path(__file__).resolve().parents[2]
 LINEAGE_BROKEN = "batch_head_lineage_broken: current HEAD x does not match expected_head y"
 
 
@@ -311,3 +315,37 @@ def test_ser02_an_empty_plan_cannot_be_confirmed_and_confirmations_only_move_for
         initiative.authorize(at="2026-01-02T00:00:00.000Z", children=list(granted.children), **terms)
     assert [a.confirmation_time for a in initiative.authorizations] == ["2026-01-02T00:00:00.000Z"]
 
+
+
+# ---------------------------------------------------------------- tests/SCENARIOS.md
+
+
+def scenario_rows() -> list[tuple[str, str]]:
+    """(scenario id, tests cell) of each row of the coverage map."""
+    text = (PROJECT / "tests" / "SCENARIOS.md").read_text(encoding="utf-8")
+    return [(match.group(1), match.group(2)) for match in
+            re.finditer(r"^\| (LANE-[A-Z]+-\d+) \| .*? \| (.*) \|$", text, re.MULTILINE)]
+
+
+def functions_of(relative: str) -> dict[str, str]:
+    """Each test function of a file with the source text of its name, docstring and body."""
+    source = (PROJECT / relative).read_text(encoding="utf-8")
+    lines = source.splitlines()
+    return {node.name: "\n".join(lines[node.lineno - 1:node.end_lineno]) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test")}
+
+
+def test_the_scenario_map_points_at_tests_that_exist():
+    rows = scenario_rows()
+    ids = [scenario for scenario, _ in rows]
+    assert len(ids) == len(set(ids)) == 154  # every heading of scenarios.md, once
+    sources: dict[str, dict[str, str]] = {}
+    for scenario, cell in rows:
+        references = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", cell)
+        assert references or cell.startswith("not applicable: "), scenario
+        short = re.sub(r"LANE-([A-Z]+)-(\d+)", lambda m: m.group(1).lower() + m.group(2), scenario)
+        for relative, name in references:
+            functions = sources.setdefault(relative, functions_of(relative))
+            assert name in functions, f"{scenario}: {relative}::{name} does not exist"
+            assert scenario in functions[name] or re.search(rf"(^|_){short}(_|$)", name), \
+                f"{scenario}: {relative}::{name} does not name its scenario"

@@ -84,6 +84,7 @@ def test_overlapping_children_serialize():  # LANE-SCH-06 through the tick
     ({"real_path": "/coordinator"}, "batch_lane_is_coordinator"),
 ])
 def test_refused_offers_change_no_state(override, reason):  # LANE-ADM-04, 07-09 over fakes
+    """Ports LANE-ADM-07, LANE-ADM-08 and LANE-ADM-09."""
     harness = two_dependent()
     harness.tick()
     before = dict(harness.batch.record)
@@ -327,6 +328,7 @@ def test_existing_lane_commit_is_adopted_not_recommitted():
 
 
 def test_release_handoff_then_released():  # LANE-REL-01..03 over fakes
+    """Ports LANE-REL-01, LANE-REL-02 and LANE-REL-03."""
     harness = two_dependent()
     harness.tick()
     lane_a = harness.lane_git.add_lane("task-a")
@@ -380,6 +382,7 @@ def test_missed_integration_is_adopted():
 
 
 def test_parked_batch_needs_a_fresh_confirmation():  # LANE-NH-01, NH-03, NH-04
+    """Ports LANE-NH-03 and LANE-NH-04."""
     harness = Harness(plan_children(("task-a", []), ("task-b", ["task-a"])), qa_failure_limit=1, max_children=2)
     harness.tick()
     harness.tick([("task-a", harness.lane_git.add_lane("task-a"))])
