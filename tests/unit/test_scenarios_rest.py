@@ -20,12 +20,12 @@ from lanes_es.domain.initiative import Initiative
 from lanes_es.domain.plan import compute_batch_plan_digest
 from lanes_es.domain.record import TERMINAL_BATCH_STATES, fold_record, is_terminal
 from lanes_es.domain.report import LANE_NEEDS_HUMAN_NEXT_ACTION, TERMINAL_NEXT_ACTIONS
-from lanes_es.ports import KernelError, Lineage
+from lanes_es.ports import KernelError, Lineage, Tombstone, TrackerResult
 from lanes_es.service import Confirmation
 from lanes_es.tick import run_lane_batch
 from lanes_es.tick_input import TickInput
 
-from .fakes import BASE, NOW, SLUG, FakeKernel, Harness, authorization, plan_children
+from .fakes import BASE, NOW, SLUG, FakeKernel, FakeTracker, Harness, authorization, plan_children
 
 PROJECT = Path(__file__).resolve().parents[2]
 LINEAGE_BROKEN = "batch_head_lineage_broken: current HEAD x does not match expected_head y"
@@ -142,9 +142,27 @@ def test_cmp10_the_next_action_of_each_terminal_state_is_upstreams():
     }
 
 
+@dataclass
+class GatedTracker(FakeTracker):
+    """FAKE-TRACKER that fails every close until `reachable` is set."""
+
+    reachable: bool = False
+
+    def mark_terminal(self, root: str, task_id: str, phase: str, terminal_event_id: str) -> TrackerResult:
+        self.calls.append((task_id, terminal_event_id))
+        if not self.reachable:
+            return TrackerResult(status="retryable_failure", message="gh unavailable")
+        return TrackerResult(status="updated", message="terminal Task Issue closure confirmed")
+
+
 def settled(state: str) -> Harness:
-    """A batch settled in `state`, every integrated Lane clean with its audit pair reachable."""
-    harness = Harness(plan_children(("task-a", []), ("task-b", [])), max_children=1 if state == "budget_stopped" else None)
+    """A batch settled in `state`, every integrated Lane clean with its audit pair reachable, and each
+    integrated child's Issue still open (the tracker was unreachable)."""
+    harness = Harness(plan_children(("task-a", []), ("task-b", [])), max_children=1 if state == "budget_stopped" else None,
+                      tracker=GatedTracker())
+    for task_id in ("task-a", "task-b"):
+        harness.kernel.tombstones[task_id] = Tombstone(task_id=task_id, lifecycle_status="terminal",
+                                                       terminal_lifecycle="done", terminal_event_id=f"ev-{task_id}")
     harness.batch_git.scopes = {"task-a": ["a.txt"], "task-b": ["b.txt"]}
     harness.lane_git.audit |= {"task-a", "task-b"}
     harness.tick()
@@ -167,12 +185,20 @@ def settled(state: str) -> Harness:
 def test_cmp10_a_terminal_record_replays_its_reason_and_recomputes_releases_only_when_completed(state, releases):
     harness = settled(state)
     record = dict(harness.batch.record)
+    calls = len(harness.tracker.calls)
+    assert calls >= 1  # task-a's close was tried after its integration, and failed
+    harness.tracker.reachable = True
     report = harness.tick()
     assert report["batch_state"] == state
     assert report["reason"] == f"terminal state already reached: {state}"
     assert report["next_action"] == TERMINAL_NEXT_ACTIONS[state]
     assert [h["task_id"] for h in report["handoffs"] if h.get("action") == "release"] == releases
-    assert harness.batch.record == record
+    # a close that failed earlier is retried for a completed batch only
+    retried = [task_id for task_id, _ in harness.tracker.calls[calls:]]
+    assert retried == (["task-a", "task-b"] if state == "completed" else [])
+    if state != "completed":
+        assert harness.batch.record == record
+    assert [c.get("tracker_closed", False) for c in harness.batch.record["children"]] == [state == "completed"] * 2
 
 
 # ---------------------------------------------------------------- LANE-DEL-01 (the MCP gate)
