@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -24,27 +23,11 @@ import pytest
 
 from lanes_es.adapters.store import EventStore
 from tests.gitfixtures import git_out, identity_env, run_git
+from tests.integration.demo_repo import amend_last_without_audit_pair, copy_of, rewrite_documents
 from tests.unit.audit_logs import long_log
 from tools.cli import main
-from tools.demo import run_demo
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    base = tmp_path_factory.mktemp("demo")
-    assert run_demo(str(base), out=lambda _line: None) == 0
-    repo = base / "repo"
-    states = [path for path in (repo / ".imm/state/batches").glob("*.json") if not path.name.endswith(".report.json")]
-    assert len(states) == 1
-    return repo, states[0].stem
-
-
-def copy_of(demo: tuple[Path, str], tmp_path: Path) -> Path:
-    copy = tmp_path / "repo"
-    shutil.copytree(demo[0], copy, symlinks=True)
-    return copy
 
 
 def store_of(repo: Path) -> Path:
@@ -155,14 +138,6 @@ def completion_codes(failed: list[str]) -> list[str]:
     return [line.split(": ")[1] for line in failed if line.startswith("FAIL completion: ")]
 
 
-def rewrite_documents(repo: Path, batch_id: str, change: Any) -> None:
-    for name in (f"{batch_id}.json", f"{batch_id}.report.json"):
-        path = repo / ".imm/state/batches" / name
-        document = json.loads(path.read_text())
-        change(document)
-        path.write_text(json.dumps(document, indent=2) + "\n")
-
-
 def test_verify_refuses_a_rewritten_batch_branch(demo, tmp_path, capsys):
     repo = copy_of(demo, tmp_path)
     last = git_out(repo, "rev-parse", "HEAD")
@@ -178,19 +153,8 @@ def test_verify_refuses_a_rewritten_batch_branch(demo, tmp_path, capsys):
 def test_verify_refuses_a_commit_without_its_audit_pair(demo, tmp_path, capsys):
     repo = copy_of(demo, tmp_path)
     batch_id = demo[1]
-    last = git_out(repo, "rev-parse", "HEAD")
     task = git_out(repo, "log", "-n", "1", "--format=%s").split(")")[0].removeprefix("imm(")
-    run_git(repo, "rm", "-q", "-r", "--", f".imm/audit/{task}")
-    run_git(repo, "commit", "-q", "--amend", "--no-edit", "--no-verify", env=identity_env())
-    amended = git_out(repo, "rev-parse", "HEAD")
-
-    def follow(document: dict[str, Any]) -> None:
-        document["commits"] = [amended if commit == last else commit for commit in document["commits"]]
-        for child in document["children"]:
-            if child["commit"] == last:
-                child["commit"] = amended
-
-    rewrite_documents(repo, batch_id, follow)
+    amend_last_without_audit_pair(repo, batch_id)
     code, out, failed = cli(capsys, repo, "verify", batch_id)
     assert code == 1
     assert completion_codes(failed) == ["missing_commit_evidence"]

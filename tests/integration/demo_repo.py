@@ -1,0 +1,53 @@
+"""The demo batch as audit tests use it: one completed run (the session fixture in conftest.py),
+copied per test before the test edits it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tests.gitfixtures import git_out, identity_env, run_git
+from tools.demo import run_demo
+
+
+def make_demo(base: Path) -> tuple[Path, str]:
+    """Run the demo into `base`; the repository and its batch id."""
+    assert run_demo(str(base), out=lambda _line: None) == 0
+    repo = base / "repo"
+    states = [path for path in (repo / ".imm/state/batches").glob("*.json") if not path.name.endswith(".report.json")]
+    assert len(states) == 1
+    return repo, states[0].stem
+
+
+def copy_of(demo: tuple[Path, str], tmp_path: Path) -> Path:
+    copy = tmp_path / "repo"
+    shutil.copytree(demo[0], copy, symlinks=True)
+    return copy
+
+
+def rewrite_documents(repo: Path, batch_id: str, change: Any) -> None:
+    """Edit the state file and the report alike, as someone covering their tracks would."""
+    for name in (f"{batch_id}.json", f"{batch_id}.report.json"):
+        path = repo / ".imm/state/batches" / name
+        document = json.loads(path.read_text())
+        change(document)
+        path.write_text(json.dumps(document, indent=2) + "\n")
+
+
+def amend_last_without_audit_pair(repo: Path, batch_id: str) -> None:
+    """Amend the batch branch's last commit without its task's audit pair, and make the documents follow."""
+    last = git_out(repo, "rev-parse", "HEAD")
+    task = git_out(repo, "log", "-n", "1", "--format=%s").split(")")[0].removeprefix("imm(")
+    run_git(repo, "rm", "-q", "-r", "--", f".imm/audit/{task}")
+    run_git(repo, "commit", "-q", "--amend", "--no-edit", "--no-verify", env=identity_env())
+    amended = git_out(repo, "rev-parse", "HEAD")
+
+    def follow(document: dict[str, Any]) -> None:
+        document["commits"] = [amended if commit == last else commit for commit in document["commits"]]
+        for child in document["children"]:
+            if child["commit"] == last:
+                child["commit"] = amended
+
+    rewrite_documents(repo, batch_id, follow)
