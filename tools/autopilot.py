@@ -153,12 +153,14 @@ def confirmation_text(facts: dict[str, Any], *, with_delegation: bool = True) ->
 
 
 def confirm_on_terminal(service: LanesService, slug: str, max_parallel: int, yes: bool, out: Out,
-                        ask: Callable[[str], str] | None) -> Confirmation | None:
+                        ask: Callable[[str], str] | None, *, final_verification: list[str] | None = None,
+                        delegate_revisions: bool = False) -> Confirmation | None:
     """Show the facts and record the answer; None when the current authorization is valid."""
     if not authorization_needed(service, slug):
         return None
-    confirmation = service.confirmation(slug, max_parallel=max_parallel)
-    out(confirmation_text(confirmation.facts(), with_delegation=False))
+    confirmation = service.confirmation(slug, max_parallel=max_parallel, final_verification=final_verification,
+                                        delegate_revisions=delegate_revisions)
+    out(confirmation_text(confirmation.facts(), with_delegation=delegate_revisions))
     if not yes:
         if ask is None:
             raise ServiceError("confirmation_port_unavailable",
@@ -744,7 +746,8 @@ class Autopilot:
 def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir: str | os.PathLike[str],
                   executor_argv: list[str], yes: bool, out: Out = print, *, poll: float = 1.0,
                   live: bool | None = None, ask: Callable[[str], str] | None = None,
-                  executor_env: Mapping[str, str] | None = None) -> int:
+                  executor_env: Mapping[str, str] | None = None, final_verification: list[str] | None = None,
+                  delegate_revisions: bool = False) -> int:
     """Run the Initiative's batch to the end; the exit code of `lanes-es run`.
 
     `out` receives every line. `live` redraws the progress in place (default: when `out` is
@@ -769,7 +772,8 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
                                               extra_env=executor_env),
                           progress=progress, poll=poll)
     try:
-        confirm_on_terminal(service, slug, max_parallel, yes, progress.note, ask)
+        confirm_on_terminal(service, slug, max_parallel, yes, progress.note, ask,
+                            final_verification=final_verification, delegate_revisions=delegate_revisions)
         return autopilot.run()
     except ExecutorUnavailable as error:
         progress.note(f"lanes-es run: {error}")
@@ -817,6 +821,12 @@ def register(commands: Any) -> None:
     command.add_argument("--executor", required=True, metavar="CMD",
                          help="the Executor command, split into argv like a shell would but run without one")
     command.add_argument("--yes", action="store_true", help="confirm the batch without asking (you are the literal user)")
+    command.add_argument("--final-verification", action="append", metavar="CMD", default=None,
+                         help="with a new confirmation: a plain-argv command run on the batch branch before the "
+                              "batch completes (1 to 8; repeatable)")
+    command.add_argument("--delegate-revisions", action="store_true",
+                         help="with a new confirmation: let the coordinator approve in-bounds breaking Intent "
+                              "revisions in a Lane (ADR 0018)")
     command.add_argument("--poll", type=_seconds, default=1.0, metavar="SECONDS",
                          help="how often to look at the running Executors (default 1)")
     command.set_defaults(func=_run)
@@ -839,8 +849,11 @@ def _run(args: argparse.Namespace) -> int:
         argv = shlex.split(args.executor)
     except ValueError as error:
         raise ServiceError("invalid_executor", f"the Executor command cannot be split: {error}") from None
+    from lanes_es.domain.inputs import parse_final_verification
+
+    final = parse_final_verification(args.final_verification) if args.final_verification else None
     return run_autopilot(service_of(args), args.slug, args.max_parallel, args.lanes_dir, argv, args.yes,
-                         poll=args.poll)
+                         poll=args.poll, final_verification=final, delegate_revisions=args.delegate_revisions)
 
 
 __all__ = ["run_autopilot", "authorization_needed", "recorded_max_parallel", "confirmation_text", "facts_digest",

@@ -123,6 +123,24 @@ def test_six_tasks_at_max_parallel_3_complete_with_a_real_executor(repo, tmp_pat
     assert (lanes / ".executor-logs" / "merge.log").read_text().count("submitted merge") == 1
 
 
+def test_the_confirmation_takes_final_verification_and_delegation(repo, tmp_path, executor_env):
+    """`run --final-verification CMD --delegate-revisions` confirms them; the completed batch ran the command."""
+    from tools.cli import main
+
+    lanes = tmp_path / "lanes"
+    code = main(["--root", str(repo), "run", SLUG, "--max-parallel", "3", "--lanes-dir", str(lanes),
+                 "--executor", " ".join(EXECUTOR), "--yes", "--poll", "0.05",
+                 "--final-verification", "git status", "--delegate-revisions"])
+    assert code == 0
+    service = service_of(repo)
+    batch = service.active_batch(SLUG)
+    assert batch.record["final_verification"] == ["git status"]
+    assert batch.record["revision_delegation"] == {
+        "confirmation_time": service.initiative(SLUG).current.confirmation_time}
+    assert batch.report["final_verification"]["passed"] is True
+    assert [r["command"] for r in batch.report["final_verification"]["results"]] == ["git status"]
+
+
 def test_killed_after_the_first_integration_and_run_again_it_completes_the_same_batch(repo, tmp_path, executor_env):
     lanes = tmp_path / "lanes"
     command = [sys.executable, "-m", "tools.cli", "--root", repo, "run", SLUG, "--max-parallel", "3",
