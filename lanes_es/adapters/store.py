@@ -13,6 +13,7 @@ the mapper runs them on read, so old logs keep replaying.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -186,9 +187,14 @@ class EventStore:
     def batch_lock(self, name: str) -> Iterator[None]:
         """Upstream's batch lock: one tick at a time per batch (or per Initiative before a batch exists).
 
-        An exclusive advisory lock on a file beside the SQLite store. The store's
-        optimistic concurrency is the second fence, and the one that holds across machines.
+        On PostgreSQL, a session advisory lock in the database, so that coordinators on several
+        machines sharing the store exclude each other; otherwise an exclusive lock on a file
+        beside the SQLite store. The store's optimistic concurrency is the second fence.
         """
+        if urlparse(self.url).scheme in ("postgresql", "postgres"):
+            with self._database_lock(name):
+                yield
+            return
         if self.lock_dir is None:
             yield
             return
@@ -203,6 +209,24 @@ class EventStore:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @contextmanager
+    def _database_lock(self, name: str) -> Iterator[None]:
+        import psycopg
+
+        env = store_env(self.url)
+        key = int.from_bytes(hashlib.sha256(f"lanes-es:{name}".encode()).digest()[:8], "big", signed=True)
+        with psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
+                             password=env["POSTGRES_PASSWORD"] or None, dbname=env["POSTGRES_DBNAME"],
+                             autocommit=True) as connection:
+            held = connection.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+            if not held:
+                raise StoreConflict(f"the batch lock of {name} is held by another tick (a PostgreSQL advisory "
+                                    f"lock); retry when it ends")
+            try:
+                yield
+            finally:
+                connection.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
 def default_store_url(git_common_dir: Path) -> str:

@@ -64,3 +64,19 @@ def test_initiatives_and_batches_are_listed(store):
     store.save(initiative)
     assert store.initiative_slugs() == ["pg"]
     assert store.initiative("pg").slug == "pg"
+
+
+def test_the_batch_lock_excludes_another_coordinator_through_the_database(store):
+    """Two coordinators (two store objects, as on two machines) cannot tick the same batch at once."""
+    other = EventStore(store.url)
+    try:
+        with store.batch_lock("batch-pg-1"):
+            with pytest.raises(StoreConflict, match="advisory lock"):
+                with other.batch_lock("batch-pg-1"):
+                    pass
+            with other.batch_lock("batch-pg-2"):  # another batch is not held
+                pass
+        with other.batch_lock("batch-pg-1"):  # released at the end of the tick
+            pass
+    finally:
+        other.close()
