@@ -299,3 +299,28 @@ def test_the_terminal_progress_redraws_its_block_in_place():
         "\x1b[2F\x1b[J"
         "    2s running, 1 Executor working: batch b\n  one                      enrolled           2.5s  Executor working\n"
         "done\n")
+
+
+def test_an_executor_that_survived_a_killed_run_is_waited_for_not_doubled(tmp_path):
+    """After a SIGKILL the Executors keep running; the restarted autopilot adopts them by pid."""
+    from tools.autopilot import Executors
+
+    lane = tmp_path / "lane"
+    lane.mkdir()
+    handoff = {"task_id": "t", "lane_path": str(lane), "record_revision": 1, "next_obligation": "submit_assurance"}
+    first = Executors([sys.executable, "-c", "import time; time.sleep(1.5)"], str(tmp_path), tmp_path / "logs")
+    running = first.start(handoff, "{}")
+    restarted = Executors([sys.executable, "-c", "raise SystemExit(3)"], str(tmp_path), tmp_path / "logs")
+    assert restarted.should_start(handoff) is False  # the survivor is adopted
+    assert "t" in restarted.running and restarted.reap() == []
+    running.process.wait()
+    first.reap()  # the first autopilot is gone in real life; here it reaps its own child
+    deadline = time.monotonic() + 5
+    done = []
+    while not done and time.monotonic() < deadline:
+        done = restarted.reap()
+        time.sleep(0.05)
+    assert [finished.task_id for finished in done] == ["t"]
+    assert not (tmp_path / "logs" / "t.pid").exists()
+    fresh = Executors([sys.executable, "-c", "pass"], str(tmp_path), tmp_path / "logs")
+    assert fresh.should_start(handoff) is True  # nothing left to adopt
