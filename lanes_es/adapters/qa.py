@@ -64,6 +64,7 @@ class Check(msgspec.Struct, frozen=True, kw_only=True):
     command: CommandSpec
     prepare: CommandSpec | None
     environment_key: str
+    writable_paths: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- public
@@ -127,7 +128,8 @@ def _check(finding_id: str, item: Any) -> Check:
     descriptor = parse_verification_descriptor(item["verification"])
     environment = descriptor.environment
     return Check(id=finding_id, command=descriptor.command, prepare=environment.prepare,
-                 environment_key=msgspec.json.encode(environment, order="sorted").decode())
+                 environment_key=msgspec.json.encode(environment, order="sorted").decode(),
+                 writable_paths=tuple(environment.writable_paths))
 
 
 def _groups(checks: list[Check]) -> list[list[Check]]:
@@ -142,7 +144,11 @@ def _groups(checks: list[Check]) -> list[list[Check]]:
 
 
 def _run_group(tree: str, group: list[Check]) -> dict[str, str]:
-    """Failures of one environment group: prepare first (its failure fails the whole group), then each check."""
+    """Failures of one environment group: prepare first (its failure fails the whole group), then each check;
+    afterwards the protected inputs (every file the tree held outside the group's writable paths) must be
+    as they were, the `./` executables among them."""
+    writable = group[0].writable_paths
+    before = _protected_inputs(tree, writable)
     with _sandbox_env() as env:
         prepare = group[0].prepare
         if prepare is not None:
@@ -154,7 +160,51 @@ def _run_group(tree: str, group: list[Check]) -> dict[str, str]:
             reason = run_command(tree, check.command, env)
             if reason is not None:
                 failures[check.id] = reason
-        return failures
+    changed = _changed(before, _protected_inputs(tree, writable))
+    if changed:
+        # Which check wrote is unknown: a verdict on inputs the checks themselves altered proves nothing.
+        reason = f"the checks changed protected inputs outside the writable paths: {', '.join(changed[:5])}" + (
+            f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        return {check.id: failures.get(check.id, reason) for check in group}
+    return failures
+
+
+def _protected_inputs(tree: str, writable: tuple[str, ...]) -> dict[str, str]:
+    """Every file and link in the tree outside the writable paths, with what it holds."""
+    found: dict[str, str] = {}
+    for directory, dirnames, filenames in os.walk(tree):
+        relative_dir = os.path.relpath(directory, tree)
+        dirnames[:] = [name for name in dirnames
+                       if not _is_writable(os.path.normpath(os.path.join(relative_dir, name)), writable)]
+        for name in filenames:
+            relative = os.path.normpath(os.path.join(relative_dir, name))
+            if _is_writable(relative, writable):
+                continue
+            path = os.path.join(directory, name)
+            found[relative] = "link:" + os.readlink(path) if os.path.islink(path) else _digest_of(path)
+    return found
+
+
+def _is_writable(relative: str, writable: tuple[str, ...]) -> bool:
+    return any(relative == entry or relative.startswith(entry.rstrip("/") + "/") for entry in writable)
+
+
+def _digest_of(path: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(READ_CHUNK), b""):
+                digest.update(chunk)
+    except OSError as error:
+        return f"unreadable:{error.errno}"
+    return digest.hexdigest() + f":{os.stat(path).st_mode & 0o777:o}"
+
+
+def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Inputs that were altered or removed; new files (build output, flags) are not inputs."""
+    return sorted(path for path, held in before.items() if after.get(path) != held)
 
 
 @contextmanager

@@ -172,3 +172,24 @@ def test_the_materialized_copy_keeps_modes_and_links_and_is_removed(tmp_path):
 def test_an_item_without_a_verification_fails(tmp_path, bad):
     verdict = run_acceptance(str(tmp_path), TASK, {"acceptance": [bad]})
     assert verdict.decision == "rework"
+
+
+def test_a_check_that_alters_a_protected_input_fails(tmp_path):
+    """contracts §9.7: the protected inputs are rechecked; a check that rewrites what it judges proves nothing."""
+    (tmp_path / "a.txt").write_text("delivered\n")
+    rewrite = raw_descriptor("python3", ["-c", "open('a.txt', 'w').write('what the check wanted\\n')"])
+    verdict = run_acceptance(str(tmp_path), TASK, intent(rewrite))
+    assert reasons(verdict) == {
+        "task-a:A1": "the checks changed protected inputs outside the writable paths: a.txt"}
+
+
+def test_writes_inside_the_writable_paths_and_new_files_are_allowed(tmp_path):
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "old.o").write_text("old\n")
+    writes = json.dumps({
+        "contract": "assurance_kernel/verification_descriptor/v2",
+        "command": {"executable": "python3", "cwd": ".", "timeout_ms": 60000, "max_output_bytes": 4096,
+                    "argv": ["-c", "open('build/old.o', 'w').write('new'); open('report.txt', 'w').write('ok')"]},
+        "environment": {"prepare": None, "writable_paths": ["build"]},
+    })
+    assert run_acceptance(str(tmp_path), TASK, intent(writes)).decision == "pass"
