@@ -27,6 +27,7 @@ LANE_HEIGHT = 22
 AXIS_HEIGHT = 34
 BATCH_LANE = "(batch)"
 MIN_LABEL_GAP = 70  # px between two time labels on the axis
+LABEL_CHAR_WIDTH = 7  # px per character of the 11px monospace axis labels
 
 # Colour of each child state's band, and of each marker (the legend shows both).
 STATE_COLOURS = {
@@ -186,7 +187,7 @@ def _swimlanes(rows: list[TimelineRow], tasks: list[str], bands: dict[str, list[
 def _tick_lines(rows: list[TimelineRow], x: Any, height: int) -> list[str]:
     out: list[str] = []
     previous_at = None
-    last_label = float("-inf")
+    free_from = float("-inf")  # where the axis has room for the next label
     last_day = ""
     for index, row in enumerate(rows):
         if row.at == previous_at:
@@ -195,10 +196,10 @@ def _tick_lines(rows: list[TimelineRow], x: Any, height: int) -> list[str]:
         left = x(index) - _step_width(len(rows)) / 2
         out.append(f"<line class=\"tick\" x1=\"{left}\" y1=\"{AXIS_HEIGHT - 6}\" x2=\"{left}\" y2=\"{height}\">"
                    f"<title>tick at {_text(row.at)}</title></line>")
-        if left - last_label >= MIN_LABEL_GAP:
-            last_label = left
-            # The date only where it changes; a tick's time of day otherwise.
-            shown = row.at[11:19] if row.at[:10] == last_day else f"{row.at[5:10]} {row.at[11:19]}"
+        # The date only where it changes; a tick's time of day otherwise.
+        shown = row.at[11:19] if row.at[:10] == last_day else f"{row.at[5:10]} {row.at[11:19]}"
+        if left >= free_from:
+            free_from = left + max(MIN_LABEL_GAP, len(shown) * LABEL_CHAR_WIDTH + 10)
             last_day = row.at[:10]
             out.append(f"<text class=\"time\" x=\"{left + 2}\" y=\"12\">{_text(shown)}</text>"
                        f"<text class=\"index\" x=\"{left + 2}\" y=\"24\">#{row.version}</text>")
