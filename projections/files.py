@@ -7,11 +7,10 @@ fields so that upstream's readers and its completion verifier can read them.
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from pathlib import Path
 from typing import Any
 
+from lanes_es.adapters.files import write_atomic
 from lanes_es.domain.ids import is_valid_id
 
 BATCHES_DIR = Path(".imm") / "state" / "batches"
@@ -48,7 +47,7 @@ def read_bytes(path: Path) -> bytes | None:
 
 
 def write_atomically(path: Path, data: bytes) -> bool:
-    """Write `data` unless the file already holds it; a temp file opened O_EXCL, then renamed.
+    """Write `data` unless the file already holds it, atomically (upstream's unchanged-bytes rule).
 
     Returns whether a write happened.
     """
@@ -57,15 +56,5 @@ def write_atomically(path: Path, data: bytes) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.parent.is_dir():
         raise NotADirectoryError(f"{path.parent} is not a directory")
-    temp = path.with_name(f"{path.name}.{uuid.uuid4()}.tmp")
-    descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    write_atomic(path, data, path.parent)
     return True

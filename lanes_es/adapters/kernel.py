@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 import uuid
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -36,6 +35,7 @@ from typing import Any, Callable
 import msgspec
 
 from lanes_es.adapters.batch_git import SettledEvidence
+from lanes_es.adapters.files import write_atomic
 from lanes_es.adapters.git import git, git_ok
 from lanes_es.adapters.qa import Finding, Verdict, run_acceptance_on_worktree
 from lanes_es.domain.audit_pair import (
@@ -768,22 +768,6 @@ def _read_regular(path: str, limit: int) -> bytes | None:
         if info.st_size > limit:
             raise KernelError(f"kernel store file {path} is larger than {limit} bytes")
         return handle.read(limit + 1)
-
-
-def write_atomic(path: str, data: bytes, staging_dir: str, mode: int = 0o600) -> None:
-    """Write by temp file in `staging_dir` (same filesystem) and rename, so a reader sees old or new, never half."""
-    descriptor, temporary = tempfile.mkstemp(dir=staging_dir, prefix=".tmp-")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.lexists(temporary):
-            os.unlink(temporary)
-        raise
 
 
 def _applied_approval(record: Any, content_hash: str, confirmation_ref: str) -> tuple[int, int, str] | None:
