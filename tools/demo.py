@@ -104,7 +104,7 @@ def make_repository(root: Path) -> None:
 
 def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], None] = print) -> int:
     """Make the repository, then let the autopilot play Parent, steward and (scripted) Executor to the end."""
-    from tools.autopilot import run_autopilot
+    from lanes_es.steward.run import run_autopilot
     from tools.cli import main as cli
     from tools.compose import build_service
 

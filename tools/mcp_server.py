@@ -40,7 +40,7 @@ from lanes_es.domain.record import IN_FLIGHT, is_terminal
 from lanes_es.service import Confirmation, LanesService, ServiceError
 from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
 from projections.timeline import timeline
-from tools.autopilot import (
+from lanes_es.steward.confirmation import (
     REVISION_DELEGATION_TEXT, authorization_needed, confirmation_text, facts_digest, recorded_max_parallel,
 )
 

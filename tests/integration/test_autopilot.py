@@ -22,7 +22,8 @@ from tests.engine import SteppingClock, Task, initiative_markdown
 from tests.gitfixtures import (
     add_lane, descriptor, git_out, head, intent_json, make_repo, run_git, write_file,
 )
-from tools.autopilot import Steward, StewardRefusal, run_autopilot
+from lanes_es.steward.lanes import Steward, StewardRefusal
+from lanes_es.steward.run import run_autopilot
 
 PROJECT = Path(__file__).resolve().parents[2]
 SLUG = "six"
@@ -283,7 +284,7 @@ def test_failed_qa_starts_the_executor_again_then_stops_for_the_coordinators_cor
 def test_the_terminal_progress_redraws_its_block_in_place():
     import io
 
-    from tools.autopilot import Row, TerminalProgress
+    from lanes_es.steward.progress import Row, TerminalProgress
 
     stream, now = io.StringIO(), [100.0]
     progress = TerminalProgress(stream, clock=lambda: now[0])
@@ -303,7 +304,7 @@ def test_the_terminal_progress_redraws_its_block_in_place():
 
 def test_an_executor_that_survived_a_killed_run_is_waited_for_not_doubled(tmp_path):
     """After a SIGKILL the Executors keep running; the restarted autopilot adopts them by pid."""
-    from tools.autopilot import Executors
+    from lanes_es.steward.executors import Executors
 
     lane = tmp_path / "lane"
     lane.mkdir()

@@ -3,8 +3,12 @@
 Upstream greps its lane modules for quoted tokens. Here the source is parsed with `ast`: every
 call of the git runner (`git(root, *args)` / `git_ok(...)`) is read with its literal arguments,
 module-level argument tuples expanded, so a test names the git subcommand each call runs. The
-same reader, pointed at the steward (tools/autopilot.py), finds its `worktree add` and
+same reader, pointed at the steward (lanes_es/steward/lanes.py), finds its `worktree add` and
 `worktree remove`: the control that shows the reader sees such calls when they are there.
+
+The steward lives in the engine (lanes_es/steward/, DESIGN §1) since the autopilot's logic left
+tools/ (issue 10): so "the runtime never runs `git worktree`" reads "nothing in lanes_es/ but
+the steward package does", and the steward package must not reach into the tick's modules.
 
 The dynamic half (LANE-ENR-04) runs two children to completion on real git and watches every
 git spawn the engine makes, through the runner's SPAWN_OBSERVERS hook.
@@ -26,6 +30,9 @@ PROJECT = Path(__file__).resolve().parents[2]
 LANE_MODULES = ["lanes_es/tick.py", "lanes_es/adapters/lane_git.py", "lanes_es/service.py"]
 # The entry points that stand where upstream's Host adapters stand.
 ENTRY_POINTS = ["tools/cli.py", "tools/mcp_server.py", "tools/autopilot.py"]
+# The only code allowed to make and remove Lanes (DESIGN §1: "only the steward provisions and removes Lanes").
+STEWARD = "lanes_es/steward"
+STEWARD_LANES = "lanes_es/steward/lanes.py"
 RUNNER_NAMES = {"git", "git_ok"}
 SWITCHING = {"worktree", "checkout", "switch"}
 DELETING_FLAGS = {"branch": {"-d", "-D", "-m", "-M", "--delete", "--move", "--force"},
@@ -114,8 +121,8 @@ def python_modules(*directories: str) -> list[str]:
 
 
 def test_the_reader_sees_the_stewards_worktree_calls():
-    """The control: tools/autopilot.py does run `worktree add` and `worktree remove`, and the reader finds them."""
-    calls = {(call.subcommand, call.args[1]) for call in git_calls("tools/autopilot.py") if call.subcommand == "worktree"}
+    """The control: the steward does run `worktree add` and `worktree remove`, and the reader finds them."""
+    calls = {(call.subcommand, call.args[1]) for call in git_calls(STEWARD_LANES) if call.subcommand == "worktree"}
     assert {("worktree", "add"), ("worktree", "remove")} <= calls
 
 
@@ -137,13 +144,26 @@ def test_stat01_the_lane_modules_never_switch_or_manage_worktrees(module):
     assert quoted == [], f"{module} quotes {quoted}"
 
 
-def test_stat01_only_the_steward_in_tools_runs_worktree_commands():
-    """Nothing in the runtime (lanes_es/, projections/) runs `git worktree`; tools/ does (autopilot, demo, bench)."""
-    runtime = [(module, call.line) for module in python_modules("lanes_es", "projections")
-               for call in git_calls(module) if call.subcommand == "worktree"]
-    assert runtime == []
-    stewards = {module for module in python_modules("tools") for call in git_calls(module) if call.subcommand == "worktree"}
-    assert "tools/autopilot.py" in stewards
+def test_stat01_only_the_steward_runs_worktree_commands():
+    """Nothing in the runtime (lanes_es/ outside the steward, projections/) runs `git worktree`.
+
+    The steward moved from tools/autopilot.py into lanes_es/steward/ (issue 10: tools/ keeps thin
+    entry points), so the one place allowed in lanes_es/ is the steward's Lane module; the
+    entry point tools/autopilot.py keeps no git call at all. tools/ may still make worktrees for
+    the demo and the benchmarks, as a person playing the steward would.
+    """
+    worktree_calls = {module for module in python_modules("lanes_es", "projections")
+                      for call in git_calls(module) if call.subcommand == "worktree"}
+    assert worktree_calls == {STEWARD_LANES}
+    assert git_calls("tools/autopilot.py") == []
+
+
+def test_stat01_the_tick_does_not_import_the_steward():
+    """The arrows point one way (DESIGN §1): the steward drives the service; the runtime never calls the steward."""
+    importers = [module for module in python_modules("lanes_es", "projections") if not module.startswith(STEWARD)
+                 for node in ast.walk(parse(module)) if isinstance(node, ast.ImportFrom)
+                 and (node.module or "").startswith("lanes_es.steward")]
+    assert importers == []
 
 
 # ---------------------------------------------------------------- LANE-STAT-02

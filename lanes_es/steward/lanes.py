@@ -1,0 +1,160 @@
+"""Provisioning and removing Lanes: the only code that runs `git worktree add` and `git worktree remove`.
+
+The runtime never makes, switches or deletes a worktree or branch (DESIGN §1, LANE-STAT-01/02);
+the steward does, and never by force: a Lane is made or found, brought forward by fast-forward
+only, and removed only when git itself agrees it is clean.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from lanes_es.adapters.git import git, git_ok
+
+
+class StewardRefusal(Exception):
+    """The steward cannot make a task's Lane without a person; the message says what to do."""
+
+    def __init__(self, task_id: str, message: str) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+
+
+@dataclass(frozen=True)
+class Worktree:
+    path: str  # real path
+    head: str | None
+    branch: str | None  # refs/heads/..., None when detached
+
+
+def list_worktrees(root: str) -> dict[str, Worktree]:
+    """Every worktree of the repository, by real path, from one `git worktree list --porcelain -z`."""
+    fields = git(root, "worktree", "list", "--porcelain", "-z").stdout.decode("utf-8", "replace").split("\0")
+    found: dict[str, Worktree] = {}
+    block: dict[str, str] = {}
+    for item in fields + [""]:
+        if item:
+            key, _, value = item.partition(" ")
+            block[key] = value
+            continue
+        if "worktree" in block:
+            path = os.path.realpath(block["worktree"])
+            found[path] = Worktree(path=path, head=block.get("HEAD"), branch=block.get("branch"))
+        block = {}
+    return found
+
+
+class Steward:
+    """Makes and removes Lanes: the only code that runs `git worktree add` and `git worktree remove`."""
+
+    def __init__(self, root: str, lanes_dir: Path) -> None:
+        self.root = root
+        self.lanes_dir = lanes_dir
+        self._worktrees: dict[str, Worktree] | None = None
+
+    def lane_path(self, task_id: str) -> Path:
+        return self.lanes_dir / task_id
+
+    def begin_round(self) -> None:
+        """Forget the worktree list: one `git worktree list` serves every move of a round."""
+        self._worktrees = None
+
+    def worktrees(self) -> dict[str, Worktree]:
+        if self._worktrees is None:
+            self._worktrees = list_worktrees(self.root)
+        return self._worktrees
+
+    def _added(self, path: Path, lane_branch: str, head: str) -> None:
+        real = os.path.realpath(path)
+        self.worktrees()[real] = Worktree(path=real, head=head, branch=f"refs/heads/{lane_branch}")
+
+    def provision(self, task_id: str, lane_branch: str, base_head: str) -> str:
+        """The task's Lane on `lane_branch` at `base_head`, made or found; StewardRefusal otherwise.
+
+        A Lane or branch left by an earlier run is reused: at `base_head` as it is, behind it
+        (clean, never admitted) brought forward by fast-forward. Nothing is ever reset or deleted.
+        """
+        path = self.lane_path(task_id)
+        ref = f"refs/heads/{lane_branch}"
+        worktrees = self.worktrees()
+        existing = worktrees.get(os.path.realpath(path))
+        if existing is not None:
+            if existing.branch != ref:
+                shown = existing.branch.removeprefix("refs/heads/") if existing.branch else "a detached HEAD"
+                raise StewardRefusal(task_id, f"{path} is a worktree on {shown}, not {lane_branch}; move it away "
+                                              f"(or remove it by hand), then run again")
+            self._bring_forward(task_id, str(path), existing.head or "", base_head)
+            return str(path)
+        if os.path.lexists(path):
+            raise StewardRefusal(task_id, f"{path} exists and is not a worktree of this repository; move it away, "
+                                          f"then run again")
+        holder = next((w for w in worktrees.values() if w.branch == ref), None)
+        if holder is not None:
+            raise StewardRefusal(task_id, f"branch {lane_branch} is checked out at {holder.path}; offer that Lane "
+                                          f"by hand (lanes-es tick --offer) or remove it, then run again")
+        tip = git_ok(self.root, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}")
+        self.lanes_dir.mkdir(parents=True, exist_ok=True)
+        if tip.exit_code != 0:
+            git(self.root, "worktree", "add", "-q", "-b", lane_branch, str(path), base_head)
+            self._added(path, lane_branch, base_head)
+            return str(path)
+        self._check_forward(task_id, lane_branch, tip.text, base_head)
+        git(self.root, "worktree", "add", "-q", str(path), lane_branch)
+        self._added(path, lane_branch, tip.text)
+        self._bring_forward(task_id, str(path), tip.text, base_head)
+        return str(path)
+
+    def _check_forward(self, task_id: str, lane_branch: str, head: str, base_head: str) -> None:
+        if head == base_head:
+            return
+        if git_ok(self.root, "merge-base", "--is-ancestor", head, base_head).exit_code != 0:
+            raise StewardRefusal(task_id, f"branch {lane_branch} is at {head[:12]}, which the batch head "
+                                          f"{base_head[:12]} does not contain: it holds other work; inspect it, "
+                                          f"rename or delete it by hand, then run again")
+
+    def _bring_forward(self, task_id: str, path: str, head: str, base_head: str) -> None:
+        """A clean Lane behind the batch head (the batch moved since it was made) is fast-forwarded."""
+        if head == base_head:
+            return
+        self._check_forward(task_id, f"of {path}", head, base_head)
+        status = git(path, "status", "--porcelain", "--untracked-files=all")
+        if status.text:
+            raise StewardRefusal(task_id, f"{path} is behind the batch head and not clean; commit nothing in a "
+                                          f"Lane before it is admitted: move the changes away, then run again")
+        git(path, "merge", "--ff-only", "-q", base_head)
+
+    def release(self, path: str, lane_branch: str) -> str | None:
+        """Remove a released Lane; None when removed (or already gone), else why it is kept.
+
+        The tick offers a release only for a clean Lane, and the steward checks again: an
+        Executor may have written since. `git worktree remove` runs without --force.
+        """
+        if not os.path.lexists(path):
+            return None
+        existing = self.worktrees().get(os.path.realpath(path))
+        if existing is None:
+            return "it is not a worktree of this repository any more"
+        if existing.branch != f"refs/heads/{lane_branch}":
+            return f"it is not on {lane_branch} any more"
+        dirty = self.dirt(path)
+        if dirty is not None:
+            return dirty
+        removed = git_ok(self.root, "worktree", "remove", path)
+        if removed.exit_code != 0:
+            return f"git worktree remove refused: {removed.error_text}"
+        self.worktrees().pop(os.path.realpath(path), None)
+        return None
+
+    def dirt(self, path: str) -> str | None:
+        """None for a clean Lane, else what makes it dirty (ignored files, like its kernel store, do not)."""
+        status = git_ok(path, "status", "--porcelain", "--untracked-files=all")
+        if status.exit_code != 0:
+            return f"its status cannot be read: {status.error_text}"
+        if not status.text:
+            return None
+        changed = status.text.splitlines()
+        shown = ", ".join(line[3:] for line in changed[:3]) + (", ..." if len(changed) > 3 else "")
+        return f"it is dirty ({len(changed)} changed path{'s' if len(changed) != 1 else ''}: {shown})"
+

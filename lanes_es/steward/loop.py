@@ -1,0 +1,223 @@
+"""The autopilot's loop: tick, release and provision Lanes, start Executors, wait, tick again.
+
+All the batch's state is in the log and in git: killed and started again, the loop re-offers
+the Lanes it had made and starts the Executors again for the executor handoffs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from lanes_es.adapters.store import StoreConflict
+from lanes_es.ports import GitFailure
+from lanes_es.service import LanesService, ServiceError, TickResult
+from lanes_es.steward.executors import Executors
+from lanes_es.steward.lanes import Steward, StewardRefusal
+from lanes_es.steward.progress import LineProgress, Row, TerminalProgress
+from lanes_es.steward.summary import exit_code, summary_lines
+from lanes_es.tick_input import LaneOfferInput
+
+# A tick that finds the batch lock held (another tick of the same batch) is tried again this often.
+STORE_BUSY_RETRIES = 20
+
+
+@dataclass
+class Autopilot:
+    service: LanesService
+    slug: str
+    max_parallel: int
+    steward: Steward
+    executors: Executors
+    progress: LineProgress | TerminalProgress
+    poll: float = 1.0
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    since: dict[str, tuple[str, float]] = field(default_factory=dict)
+    offered: dict[str, str] = field(default_factory=dict)  # task -> the base head its Lane was offered at
+    refused: dict[str, tuple[str, str]] = field(default_factory=dict)  # task -> (reason, base head)
+    released: list[str] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)  # task -> why its Lane was not removed
+    steward_refusals: dict[str, str] = field(default_factory=dict)
+
+    def run(self) -> int:
+        offers: list[LaneOfferInput] = []
+        idle = 0
+        while True:
+            result = self.tick(offers)
+            report = result.report
+            for line in result.drift:
+                self.progress.note(f"drift repaired: {line}")
+            self.note_refusals(report)
+            self.show(report)
+            if report["batch_state"] != "running":
+                self.wait_for_all()
+                self.steward.begin_round()
+                self.release_lanes(report)
+                return self.finish(report)
+            if any(handoff["role"] == "coordinator" for handoff in report["handoffs"]):
+                return self.finish(report, stopped_for="coordinator")
+            self.steward.begin_round()
+            released = self.release_lanes(report)
+            offers = self.provision_lanes(report)
+            self.start_executors(report)
+            if offers or released:
+                idle = 0
+                continue
+            if self.executors.running:
+                self.wait_for_an_exit(report)
+                idle = 0
+                continue
+            # Nothing to do and nobody working: one more tick may still move (a retried tracker
+            # close, a leak restored); a second idle round means only a person can move it.
+            idle += 1
+            if idle >= 2:
+                return self.finish(report, stopped_for="stuck")
+            self.sleep(self.poll)
+
+    # ------------------------------------------------------------ one tick
+
+    def tick(self, offers: list[LaneOfferInput]) -> TickResult:
+        for attempt in range(STORE_BUSY_RETRIES):
+            try:
+                return self.service.tick(self.slug, max_parallel=self.max_parallel, offers=offers)
+            except StoreConflict as error:
+                if attempt == STORE_BUSY_RETRIES - 1:
+                    raise ServiceError("store_busy", f"{error}; is another `lanes-es run` or tick running on "
+                                                     f"this batch? let it end, then run again") from None
+                self.sleep(self.poll)
+        raise AssertionError("unreachable")
+
+    def note_refusals(self, report: dict[str, Any]) -> None:
+        for refusal in report.get("lane_refusals", []):
+            task_id = refusal["task_id"]
+            self.refused[task_id] = (refusal["reason"], self.offered.get(task_id, ""))
+            self.progress.note(f"offer of {refusal['path']} for {task_id} refused: {refusal['reason']}")
+
+    # ------------------------------------------------------------ the steward's moves
+
+    def release_lanes(self, report: dict[str, Any]) -> bool:
+        lanes = {child["task_id"]: child["lane"] for child in report["children"] if child.get("lane")}
+        released = False
+        for handoff in report["handoffs"]:
+            if handoff["role"] != "lane-steward" or handoff["action"] != "release":
+                continue
+            task_id = handoff["task_id"]
+            lane = lanes.get(task_id)
+            if lane is None or task_id in self.released or task_id in self.kept:
+                continue
+            if task_id in self.executors.running:
+                continue  # its Executor is still exiting: the Lane goes on a later tick, never from under it
+            why_kept = self.steward.release(lane["path"], handoff["lane_branch"])
+            if why_kept is None:
+                self.released.append(task_id)
+                released = True
+                self.progress.note(f"steward: released the Lane of {task_id} ({lane['path']})")
+            else:
+                self.kept[task_id] = f"{lane['path']}: {why_kept}"
+                self.progress.note(f"steward: kept the Lane of {task_id}: {lane['path']}: {why_kept}")
+        return released
+
+    def provision_lanes(self, report: dict[str, Any]) -> list[LaneOfferInput]:
+        offers: list[LaneOfferInput] = []
+        for handoff in report["handoffs"]:
+            if handoff["role"] != "lane-steward" or handoff["action"] != "provision":
+                continue
+            task_id, base_head = handoff["task_id"], handoff["base_head"]
+            refused = self.refused.get(task_id)
+            if refused is not None and refused[1] == base_head:
+                continue  # offered at this head and refused: again would be refused the same way
+            try:
+                path = self.steward.provision(task_id, handoff["lane_branch"], base_head)
+            except (StewardRefusal, GitFailure) as error:
+                if self.steward_refusals.get(task_id) != str(error):
+                    self.progress.note(f"steward: cannot make the Lane of {task_id}: {error}")
+                self.steward_refusals[task_id] = str(error)
+                continue
+            self.steward_refusals.pop(task_id, None)
+            self.refused.pop(task_id, None)  # a refusal of this offer comes back in the next report
+            self.offered[task_id] = base_head
+            offers.append(LaneOfferInput(task_id=task_id, path=path))
+            self.progress.note(f"steward: offering {path} for {task_id} on {handoff['lane_branch']}")
+        return offers
+
+    def start_executors(self, report: dict[str, Any]) -> None:
+        for handoff in report["handoffs"]:
+            if handoff["role"] != "executor" or not self.executors.should_start(handoff):
+                continue
+            running = self.executors.start(handoff, self.intent_text(handoff))
+            self.progress.note(f"executor: started for {handoff['task_id']} in {handoff['lane_path']} "
+                               f"(pid {running.process.pid}, next: {handoff.get('next_obligation')})")
+
+    def intent_text(self, handoff: dict[str, Any]) -> str:
+        """The task's TaskIntent as its Lane holds it, at the path the plan recorded."""
+        initiative = self.service.initiative(self.slug)
+        children = initiative.current.children if initiative and initiative.current else []
+        relative = next((c.intent_path for c in children if c.task_id == handoff["task_id"] and c.intent_path),
+                        f"docs/plans/{handoff['task_id']}.intent.json")
+        try:
+            return (Path(handoff["lane_path"]) / relative).read_text(encoding="utf-8")
+        except OSError as error:
+            self.progress.note(f"executor: the intent of {handoff['task_id']} is unreadable in its Lane: {error}")
+            return ""
+
+    def wait_for_an_exit(self, report: dict[str, Any]) -> None:
+        while True:
+            finished = self.executors.reap()
+            if finished:
+                for done in finished:
+                    self.progress.note(f"executor: {done.task_id} exited with {done.exit_code} after "
+                                       f"{done.seconds:.1f}s (log {done.log})")
+                return
+            self.show(report)
+            self.sleep(self.poll)
+
+    def wait_for_all(self) -> None:
+        if self.executors.running:
+            names = ", ".join(sorted(self.executors.running))
+            self.progress.note(f"waiting for the running Executors to exit: {names}")
+        while self.executors.running:
+            self.executors.reap()
+            self.sleep(self.poll)
+
+    # ------------------------------------------------------------ display
+
+    def show(self, report: dict[str, Any]) -> None:
+        now = self.clock()
+        rows: list[Row] = []
+        for child in report["children"]:
+            task_id, state = child["task_id"], child["state"]
+            note = self.note_of(task_id)
+            key = f"{state}|{note}"
+            if self.since.get(task_id, ("", 0.0))[0] != key:
+                self.since[task_id] = (key, now)
+            rows.append(Row(task_id, state, self.since[task_id][1], note))
+        active = len(self.executors.running)
+        header = f"{report['batch_state']}, {active} Executor{'s' if active != 1 else ''} working: batch {report['batch_id']}"
+        self.progress.show(header, rows)
+
+    def note_of(self, task_id: str) -> str:
+        if task_id in self.executors.running:
+            return f"Executor working (pid {self.executors.running[task_id].process.pid})"
+        if task_id in self.kept:
+            return "Lane kept"
+        if task_id in self.steward_refusals:
+            return "no Lane: see the steward's note"
+        if task_id in self.refused:
+            return f"offer refused: {self.refused[task_id][0]}"
+        finished = self.executors.finished.get(task_id)
+        if finished is not None and finished.exit_code != 0:
+            return f"Executor exited {finished.exit_code}"
+        return ""
+
+    # ------------------------------------------------------------ the end
+
+    def finish(self, report: dict[str, Any], stopped_for: str | None = None) -> int:
+        self.wait_for_all()
+        self.show(report)
+        self.progress.close()
+        for line in summary_lines(self, report, stopped_for):
+            self.progress.note(line)
+        return exit_code(report)

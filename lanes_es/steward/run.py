@@ -1,0 +1,78 @@
+"""`run_autopilot`: the autopilot for one Initiative's batch, from the confirmation to the summary."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Callable, Mapping
+
+from lanes_es.service import EXIT_OK, EXIT_REJECTED, LanesService, ServiceError
+from lanes_es.steward.confirmation import confirm_on_terminal
+from lanes_es.steward.executors import EXECUTOR_LOGS, Executors, ExecutorUnavailable
+from lanes_es.steward.lanes import Steward
+from lanes_es.steward.loop import Autopilot
+from lanes_es.steward.progress import LineProgress, Out, TerminalProgress
+
+
+def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir: str | os.PathLike[str],
+                  executor_argv: list[str], yes: bool, out: Out = print, *, poll: float = 1.0,
+                  live: bool | None = None, ask: Callable[[str], str] | None = None,
+                  executor_env: Mapping[str, str] | None = None, final_verification: list[str] | None = None,
+                  delegate_revisions: bool = False) -> int:
+    """Run the Initiative's batch to the end; the exit code of `lanes-es run`.
+
+    `out` receives every line. `live` redraws the progress in place (default: when `out` is
+    `print` and stdout is a terminal). `ask` puts the confirmation question (default: `input`
+    when stdin is a terminal; with neither, only `yes` can confirm). `executor_env` is added to
+    every Executor's environment (the demo passes LANES_ES_EXECUTOR_HINT this way).
+    """
+    if not executor_argv:
+        raise ServiceError("invalid_executor", "the Executor command is empty; pass --executor CMD")
+    lanes = Path(lanes_dir).resolve()
+    root = Path(service.root).resolve()
+    if lanes == root or root in lanes.parents:
+        raise ServiceError("invalid_lanes_dir", f"{lanes} is inside the coordinator checkout {root}; Lanes there make "
+                                                f"it dirty: choose a directory outside it, for example {root.parent / 'lanes'}")
+    if live is None:
+        live = out is print and sys.stdout.isatty()
+    if ask is None and sys.stdin.isatty():
+        ask = input
+    progress: LineProgress | TerminalProgress = TerminalProgress(sys.stdout) if live else LineProgress(out)
+    autopilot = Autopilot(service=service, slug=slug, max_parallel=max_parallel, steward=Steward(service.root, lanes),
+                          executors=Executors(list(executor_argv), service.root, lanes / EXECUTOR_LOGS,
+                                              extra_env=executor_env),
+                          progress=progress, poll=poll)
+    try:
+        confirm_on_terminal(service, slug, max_parallel, yes, progress.note, ask,
+                            final_verification=final_verification, delegate_revisions=delegate_revisions)
+        return autopilot.run()
+    except ExecutorUnavailable as error:
+        progress.note(f"lanes-es run: {error}")
+        autopilot.wait_for_all()
+        return EXIT_REJECTED
+    except ServiceError as error:
+        autopilot.wait_for_all()
+        if error.code == "empty_enrollable_set":
+            return nothing_to_run(service, slug, progress.note)
+        progress.note(f"lanes-es run: {error}")
+        return EXIT_REJECTED
+    except KeyboardInterrupt:
+        progress.close()
+        working = ", ".join(f"{task} (pid {r.process.pid})" for task, r in autopilot.executors.running.items())
+        out("lanes-es run: interrupted; the log and git keep every step already taken"
+            + (f"; Executors still working: {working}" if working else "")
+            + ". Run the same command again to go on.")
+        return 130
+
+
+def nothing_to_run(service: LanesService, slug: str, out: Out) -> int:
+    """Every task is settled: 0 when the Initiative's last batch completed (running again is harmless)."""
+    batch = service.active_batch(slug)
+    if batch is not None and batch.batch_state == "completed":
+        out(f"lanes-es run: nothing to run: batch {batch.id} of Initiative {slug} completed and no task is left; "
+            f"add tasks to docs/initiatives/{slug}.md to run a new batch")
+        return EXIT_OK
+    out(f"lanes-es run: Initiative {slug} has no enrollable task; `lanes-es plan {slug}` shows why each is excluded")
+    return EXIT_REJECTED
+

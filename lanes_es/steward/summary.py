@@ -1,0 +1,84 @@
+"""The summary the autopilot ends with: the batch, each child, the Lanes kept, and what to do next."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from lanes_es.service import EXIT_OK, EXIT_REJECTED, EXIT_STOPPED
+
+if TYPE_CHECKING:
+    from lanes_es.steward.loop import Autopilot
+
+
+def summary_lines(autopilot: Autopilot, report: dict[str, Any], stopped_for: str | None) -> list[str]:
+    state = report["batch_state"]
+    lines = ["", f"batch {report['batch_id']}: {state}" + (f": {report['reason']}" if report.get("reason") else "")]
+    for child in report["children"]:
+        commit = f" {child['commit'][:12]}" if child.get("commit") else ""
+        reason = f" ({child['reason']})" if child.get("reason") else ""
+        lines.append(f"  {child['task_id']:<24} {child['state']}{commit}{reason}")
+    released = len(autopilot.released)
+    lines.append(f"{len(report['commits'])} commit{'s' if len(report['commits']) != 1 else ''} on "
+                 f"imm/{report['initiative_slug']}; {released} Lane{'s' if released != 1 else ''} "
+                 f"released by the steward")
+    lines += kept_lines(autopilot, report)
+    lines += waiting_lines(autopilot, report)
+    lines.append(f"next: {next_step(report, stopped_for)}")
+    return lines
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    """0 completed, 2 rejected, 3 anything else the run stopped on."""
+    if report["batch_state"] == "completed":
+        return EXIT_OK
+    if report["batch_state"] == "rejected":
+        return EXIT_REJECTED
+    return EXIT_STOPPED
+
+
+def kept_lines(autopilot: Autopilot, report: dict[str, Any]) -> list[str]:
+    lines = [f"kept the Lane of {task_id}: {why} (clean it, then `git worktree remove` it yourself)"
+             for task_id, why in autopilot.kept.items()]
+    if report["batch_state"] == "completed":
+        for child in report["children"]:
+            lane = child.get("lane")
+            if (child["state"] == "integrated" and lane and child["task_id"] not in autopilot.released
+                    and child["task_id"] not in autopilot.kept and os.path.lexists(lane["path"])):
+                why = autopilot.steward.dirt(lane["path"]) or "the tick gave no release handoff for it"
+                lines.append(f"kept the Lane of {child['task_id']}: {lane['path']}: {why} (a Lane is released "
+                             f"only when clean: look with `git -C {lane['path']} status`, then remove it yourself)")
+    return lines
+
+
+def waiting_lines(autopilot: Autopilot, report: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for task_id, why in autopilot.steward_refusals.items():
+        lines.append(f"no Lane for {task_id}: {why}")
+    for task_id, (reason, _) in autopilot.refused.items():
+        if any(h.get("action") == "provision" and h["task_id"] == task_id for h in report["handoffs"]):
+            lines.append(f"the Lane of {task_id} at {autopilot.steward.lane_path(task_id)} was refused: {reason}")
+    for handoff in report["handoffs"]:
+        if handoff["role"] == "executor":
+            finished = autopilot.executors.finished.get(handoff["task_id"])
+            how = (f"its Executor exited with {finished.exit_code} without moving it (log {finished.log})"
+                   if finished else "no Executor ran")
+            lines.append(f"{handoff['task_id']} waits for {handoff.get('next_obligation')} in "
+                         f"{handoff['lane_path']}: {how}")
+        elif handoff["role"] == "coordinator":
+            lines.append(f"{handoff['task_id']} needs a design-level correction ({handoff['reason']}; "
+                         f"{handoff['corrections_left']} left): read the findings in {handoff['lane_path']} "
+                         f"(`lanes-es task status` there), then send one with "
+                         f"`lanes-es tick {report['initiative_slug']} --instruction "
+                         f"'{{\"task_id\": \"{handoff['task_id']}\", \"kind\": \"correction\", \"text\": \"...\", "
+                         f"\"session_state\": \"idle\"}}'` and run again")
+    return lines
+
+
+def next_step(report: dict[str, Any], stopped_for: str | None) -> str:
+    if stopped_for == "coordinator":
+        return "send the correction above, then run the same `lanes-es run` command again"
+    if stopped_for == "stuck":
+        return ("nothing more moves without you: settle what is listed above, then run the same "
+                "`lanes-es run` command again")
+    return report.get("next_action") or ""
