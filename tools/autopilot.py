@@ -61,6 +61,9 @@ def register(commands: Any) -> None:
     command.add_argument("--delegate-revisions", action="store_true",
                          help="with a new confirmation: let the coordinator approve in-bounds breaking Intent "
                               "revisions in a Lane (ADR 0018)")
+    command.add_argument("--json", action="store_true",
+                         help="one JSON object per line for every event of the batch's log and every move of the "
+                              "steward, then the summary (kind: event, steward, note, summary)")
     command.add_argument("--poll", type=_seconds, default=1.0, metavar="SECONDS",
                          help="how often to look at the running Executors (default 1)")
     command.set_defaults(func=_run)
@@ -88,7 +91,8 @@ def _run(args: argparse.Namespace) -> int:
         raise ServiceError("invalid_executor", f"the Executor command cannot be split: {error}") from None
     final = parse_final_verification(args.final_verification) if args.final_verification else None
     return run_autopilot(service_of(args), args.slug, args.max_parallel, args.lanes_dir, argv, args.yes,
-                         poll=args.poll, final_verification=final, delegate_revisions=args.delegate_revisions)
+                         poll=args.poll, final_verification=final, delegate_revisions=args.delegate_revisions,
+                         json_lines=args.json)
 
 
 __all__ = ["register"]

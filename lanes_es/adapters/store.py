@@ -158,6 +158,10 @@ class EventStore:
         """Every event of one aggregate, oldest first."""
         return list(self.app.repository.event_store.get(aggregate_id))
 
+    def events_after(self, aggregate_id: str, version: int) -> list[Any]:
+        """The events of one aggregate after `version`, oldest first (what a follower has not seen)."""
+        return list(self.app.repository.event_store.get(aggregate_id, gt=version))
+
     def stored_events(self, aggregate_id: str) -> list[StoredEvent]:
         """The raw stored records, for verification that must not trust decoding alone."""
         return list(self.app.recorder.select_events(aggregate_id))

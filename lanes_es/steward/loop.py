@@ -6,22 +6,26 @@ the Lanes it had made and starts the Executors again for the executor handoffs.
 
 from __future__ import annotations
 
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from lanes_es.adapters.store import StoreConflict
+from lanes_es.domain.record import IN_FLIGHT
 from lanes_es.ports import GitFailure
-from lanes_es.service import LanesService, ServiceError, TickResult
+from lanes_es.service import LanesService, TickResult
 from lanes_es.steward.executors import Executors
 from lanes_es.steward.lanes import Steward, StewardRefusal
-from lanes_es.steward.progress import LineProgress, Row, TerminalProgress
+from lanes_es.steward.feed import BatchFeed, subjects
+from lanes_es.steward.progress import Board, Progress, Row, steward_item
 from lanes_es.steward.summary import exit_code, summary_lines
 from lanes_es.tick_input import LaneOfferInput
 
-# A tick that finds the batch lock held (another tick of the same batch) is tried again this often.
-STORE_BUSY_RETRIES = 20
+# While a tick runs, its new events are read this often (a long integration round tells its candidates).
+WATCH_SECONDS = 0.5
 
 
 @dataclass
@@ -31,7 +35,7 @@ class Autopilot:
     max_parallel: int
     steward: Steward
     executors: Executors
-    progress: LineProgress | TerminalProgress
+    progress: Progress
     poll: float = 1.0
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
@@ -41,15 +45,23 @@ class Autopilot:
     released: list[str] = field(default_factory=list)
     kept: dict[str, str] = field(default_factory=dict)  # task -> why its Lane was not removed
     steward_refusals: dict[str, str] = field(default_factory=dict)
+    feed: BatchFeed | None = None  # the batch's log, told as it grows
+    last_events: dict[str, str] = field(default_factory=dict)  # task -> what its latest event said
+    round: str = ""  # the latest event about several Lanes at once (an integration round)
+    report: dict[str, Any] | None = None  # the latest tick's report: the board between ticks
 
     def run(self) -> int:
         offers: list[LaneOfferInput] = []
         idle = 0
+        self.follow_current_batch()
         while True:
             result = self.tick(offers)
-            report = result.report
+            report = self.report = result.report
+            if self.feed is not None:
+                self.feed.follow(result.batch_id)
+            self.tell_news()
             for line in result.drift:
-                self.progress.note(f"drift repaired: {line}")
+                self.tell("drift_repaired", f"drift repaired: {line}", drift=line)
             self.note_refusals(report)
             self.show(report)
             if report["batch_state"] != "running":
@@ -77,24 +89,56 @@ class Autopilot:
                 return self.finish(report, stopped_for="stuck")
             self.sleep(self.poll)
 
+    def follow_current_batch(self) -> None:
+        initiative = self.service.initiative(self.slug)
+        if self.feed is not None and initiative is not None and initiative.current is not None:
+            self.feed.follow(initiative.current.batch_id)
+
     # ------------------------------------------------------------ one tick
 
     def tick(self, offers: list[LaneOfferInput]) -> TickResult:
-        for attempt in range(STORE_BUSY_RETRIES):
+        """One tick; while another tick holds the batch (busy), tick again shortly, as often as it takes."""
+        told = False
+        while True:
             try:
-                return self.service.tick(self.slug, max_parallel=self.max_parallel, offers=offers)
+                with self.watching():
+                    result = self.service.tick(self.slug, max_parallel=self.max_parallel, offers=offers)
+                if result.report.get("outcome") != "busy":
+                    return result
+                why = str(result.report.get("reason") or "another tick holds the batch")
             except StoreConflict as error:
-                if attempt == STORE_BUSY_RETRIES - 1:
-                    raise ServiceError("store_busy", f"{error}; is another `lanes-es run` or tick running on "
-                                                     f"this batch? let it end, then run again") from None
-                self.sleep(self.poll)
-        raise AssertionError("unreachable")
+                why = str(error)
+            if not told:
+                told = True
+                self.tell("busy", f"busy: {why}; ticking again every {self.poll:g}s until it ends", reason=why)
+            self.sleep(self.poll)
+
+    @contextmanager
+    def watching(self) -> Iterator[None]:
+        """While a tick runs, tell the events it records as they come (a long integration round's candidates)."""
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(WATCH_SECONDS):
+                try:
+                    self.tell_news()
+                except Exception:  # a read racing the tick's own writes: the loop reads again after the tick
+                    continue
+
+        watcher = threading.Thread(target=watch, name="lanes-es-run-watcher", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join()
 
     def note_refusals(self, report: dict[str, Any]) -> None:
         for refusal in report.get("lane_refusals", []):
             task_id = refusal["task_id"]
             self.refused[task_id] = (refusal["reason"], self.offered.get(task_id, ""))
-            self.progress.note(f"offer of {refusal['path']} for {task_id} refused: {refusal['reason']}")
+            self.tell("offer_refused", f"offer of {refusal['path']} for {task_id} refused: {refusal['reason']}",
+                      task_id=task_id, path=refusal["path"], reason=refusal["reason"])
 
     # ------------------------------------------------------------ the steward's moves
 
@@ -114,10 +158,12 @@ class Autopilot:
             if why_kept is None:
                 self.released.append(task_id)
                 released = True
-                self.progress.note(f"steward: released the Lane of {task_id} ({lane['path']})")
+                self.tell("lane_released", f"steward: released the Lane of {task_id} ({lane['path']})",
+                          task_id=task_id, path=lane["path"])
             else:
                 self.kept[task_id] = f"{lane['path']}: {why_kept}"
-                self.progress.note(f"steward: kept the Lane of {task_id}: {lane['path']}: {why_kept}")
+                self.tell("lane_kept", f"steward: kept the Lane of {task_id}: {lane['path']}: {why_kept}",
+                          task_id=task_id, path=lane["path"], reason=why_kept)
         return released
 
     def provision_lanes(self, report: dict[str, Any]) -> list[LaneOfferInput]:
@@ -133,14 +179,16 @@ class Autopilot:
                 path = self.steward.provision(task_id, handoff["lane_branch"], base_head)
             except (StewardRefusal, GitFailure) as error:
                 if self.steward_refusals.get(task_id) != str(error):
-                    self.progress.note(f"steward: cannot make the Lane of {task_id}: {error}")
+                    self.tell("lane_refused", f"steward: cannot make the Lane of {task_id}: {error}",
+                              task_id=task_id, reason=str(error))
                 self.steward_refusals[task_id] = str(error)
                 continue
             self.steward_refusals.pop(task_id, None)
             self.refused.pop(task_id, None)  # a refusal of this offer comes back in the next report
             self.offered[task_id] = base_head
             offers.append(LaneOfferInput(task_id=task_id, path=path))
-            self.progress.note(f"steward: offering {path} for {task_id} on {handoff['lane_branch']}")
+            self.tell("lane_provisioned", f"steward: offering {path} for {task_id} on {handoff['lane_branch']}",
+                      task_id=task_id, path=path, branch=handoff["lane_branch"], base_head=base_head)
         return offers
 
     def start_executors(self, report: dict[str, Any]) -> None:
@@ -148,8 +196,10 @@ class Autopilot:
             if handoff["role"] != "executor" or not self.executors.should_start(handoff):
                 continue
             running = self.executors.start(handoff, self.intent_text(handoff))
-            self.progress.note(f"executor: started for {handoff['task_id']} in {handoff['lane_path']} "
-                               f"(pid {running.process.pid}, next: {handoff.get('next_obligation')})")
+            self.tell("executor_started", f"executor: started for {handoff['task_id']} in {handoff['lane_path']} "
+                                          f"(pid {running.process.pid}, next: {handoff.get('next_obligation')})",
+                      task_id=handoff["task_id"], pid=running.process.pid, path=handoff["lane_path"],
+                      next_obligation=handoff.get("next_obligation"))
 
     def intent_text(self, handoff: dict[str, Any]) -> str:
         """The task's TaskIntent as its Lane holds it, at the path the plan recorded."""
@@ -160,7 +210,8 @@ class Autopilot:
         try:
             return (Path(handoff["lane_path"]) / relative).read_text(encoding="utf-8")
         except OSError as error:
-            self.progress.note(f"executor: the intent of {handoff['task_id']} is unreadable in its Lane: {error}")
+            self.tell("intent_unreadable", f"executor: the intent of {handoff['task_id']} is unreadable in its "
+                                           f"Lane: {error}", task_id=handoff["task_id"], reason=str(error))
             return ""
 
     def wait_for_an_exit(self, report: dict[str, Any]) -> None:
@@ -168,23 +219,47 @@ class Autopilot:
             finished = self.executors.reap()
             if finished:
                 for done in finished:
-                    self.progress.note(f"executor: {done.task_id} exited with {done.exit_code} after "
-                                       f"{done.seconds:.1f}s (log {done.log})")
+                    self.tell("executor_exited", f"executor: {done.task_id} exited with {done.exit_code} after "
+                                                 f"{done.seconds:.1f}s (log {done.log})",
+                              task_id=done.task_id, exit_code=done.exit_code, seconds=round(done.seconds, 3),
+                              log=str(done.log))
                 return
-            self.show(report)
+            self.show()
             self.sleep(self.poll)
 
     def wait_for_all(self) -> None:
         if self.executors.running:
             names = ", ".join(sorted(self.executors.running))
-            self.progress.note(f"waiting for the running Executors to exit: {names}")
+            self.tell("waiting_for_executors", f"waiting for the running Executors to exit: {names}",
+                      task_ids=sorted(self.executors.running))
         while self.executors.running:
             self.executors.reap()
             self.sleep(self.poll)
 
-    # ------------------------------------------------------------ display
+    # ------------------------------------------------------------ what it tells
 
-    def show(self, report: dict[str, Any]) -> None:
+    def tell(self, action: str, text: str, **facts: Any) -> None:
+        self.progress.tell(steward_item(action, text, **facts))
+
+    def tell_event(self, item: dict[str, Any]) -> None:
+        """A log event: told, and remembered as its Lanes' last event (or the round's news)."""
+        self.progress.tell(item)
+        named = subjects(item)
+        for task_id in named:
+            self.last_events[task_id] = item["text"].split(": ", 1)[-1]
+        if len(named) > 1:
+            self.round = item["text"]
+
+    def tell_news(self) -> None:
+        """The log's events not yet told, then the board."""
+        if self.feed is not None:
+            self.feed.drain(self.tell_event)
+        self.show()
+
+    def show(self, report: dict[str, Any] | None = None) -> None:
+        report = report or self.report
+        if report is None:
+            return
         now = self.clock()
         rows: list[Row] = []
         for child in report["children"]:
@@ -193,10 +268,10 @@ class Autopilot:
             key = f"{state}|{note}"
             if self.since.get(task_id, ("", 0.0))[0] != key:
                 self.since[task_id] = (key, now)
-            rows.append(Row(task_id, state, self.since[task_id][1], note))
-        active = len(self.executors.running)
-        header = f"{report['batch_state']}, {active} Executor{'s' if active != 1 else ''} working: batch {report['batch_id']}"
-        self.progress.show(header, rows)
+            rows.append(Row(task_id, state, self.since[task_id][1], note, self.last_events.get(task_id, "")))
+        done = sum(1 for child in report["children"] if child["state"] not in IN_FLIGHT and child["state"] != "pending")
+        self.progress.show(Board(report["batch_id"], report["batch_state"], len(self.executors.running), done,
+                                 len(report["children"]), rows, self.round))
 
     def note_of(self, task_id: str) -> str:
         if task_id in self.executors.running:
@@ -218,6 +293,10 @@ class Autopilot:
         self.wait_for_all()
         self.show(report)
         self.progress.close()
-        for line in summary_lines(self, report, stopped_for):
-            self.progress.note(line)
-        return exit_code(report)
+        code = exit_code(report)
+        self.progress.tell({"kind": "summary", "batch_id": report["batch_id"], "batch_state": report["batch_state"],
+                            "exit_code": code, "stopped_for": stopped_for,
+                            "children": [{key: child.get(key) for key in ("task_id", "state", "commit", "reason")}
+                                         for child in report["children"]],
+                            "lines": summary_lines(self, report, stopped_for)})
+        return code

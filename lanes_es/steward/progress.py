@@ -1,11 +1,25 @@
-"""What the autopilot shows while it works: plain lines, or a block redrawn in place on a terminal."""
+"""What the autopilot tells while it works, three ways: plain lines, one JSON line per item, or a live board.
+
+Everything it tells is an item (a dict with a `kind`):
+
+- `event`: an event of the batch's log (`feed.py`), with the line that says it;
+- `steward`: a move of the steward itself (a Lane made or removed, an Executor started or
+  exited, a busy tick, the lease), with its `action` and the facts of it;
+- `note`: a line for a person (the confirmation facts);
+- `summary`: the end: the batch's state, the exit code and the summary's lines.
+
+Between items the loop shows a `Board`: a row per Lane and the batch's progress. Plain lines
+(logs, pipes, CI) and JSON lines ignore the board; the live board (`live.py`, on a terminal)
+draws it and prints the other items above it.
+"""
 
 from __future__ import annotations
 
-import shutil
+import json
+import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, TextIO
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
 
 Out = Callable[[str], None]
 
@@ -14,78 +28,98 @@ Out = Callable[[str], None]
 class Row:
     task_id: str
     state: str
-    since: float
-    note: str = ""
+    since: float  # when the Lane entered this state (the clock's time)
+    note: str = ""  # what the steward knows that the log does not (an Executor working, a Lane kept)
+    last_event: str = ""
+
+
+@dataclass(frozen=True)
+class Board:
+    batch_id: str
+    batch_state: str
+    working: int  # Executors working
+    done: int  # children whose Lane is behind them (integrated, released, parked, skipped)
+    total: int
+    rows: list[Row] = field(default_factory=list)
+    round: str = ""  # the latest news about several Lanes at once: an integration round's candidates
+
+
+class Progress(Protocol):
+    def tell(self, item: dict[str, Any]) -> None: ...
+
+    def show(self, board: Board) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def steward_item(action: str, text: str, **facts: Any) -> dict[str, Any]:
+    return {"kind": "steward", "action": action, **facts, "text": text}
+
+
+def note_item(text: str) -> dict[str, Any]:
+    return {"kind": "note", "text": text}
+
+
+def lines_of(item: dict[str, Any]) -> list[str]:
+    """The lines a person reads for an item."""
+    if item["kind"] == "summary":
+        return list(item["lines"])
+    return [item["text"]]
 
 
 class LineProgress:
-    """Plain lines, one per change: for logs, pipes and CI."""
+    """Plain lines: the log's events with the time since the start, the steward's moves, the summary."""
 
     def __init__(self, out: Out, clock: Callable[[], float] = time.monotonic) -> None:
         self.out = out
         self.clock = clock
         self.started = clock()
-        self.shown: dict[str, tuple[str, str]] = {}
 
-    def show(self, header: str, rows: list[Row]) -> None:
-        for row in rows:
-            if self.shown.get(row.task_id) != (row.state, row.note):
-                self.shown[row.task_id] = (row.state, row.note)
-                note = f" ({row.note})" if row.note else ""
-                self.out(f"[{self.clock() - self.started:6.1f}s] {row.task_id}: {row.state}{note}")
-
-    def refresh(self) -> None:
-        pass
-
-    def note(self, line: str) -> None:
-        self.out(line)
-
-    def close(self) -> None:
-        pass
-
-
-class TerminalProgress:
-    """A block of lines redrawn in place: task, state, time in that state, and what is going on."""
-
-    def __init__(self, stream: TextIO, clock: Callable[[], float] = time.monotonic) -> None:
-        self.stream = stream
-        self.clock = clock
-        self.started = clock()
-        self.header = ""
-        self.rows: list[Row] = []
-        self.drawn = 0
-
-    def show(self, header: str, rows: list[Row]) -> None:
-        self.header, self.rows = header, rows
-        self.refresh()
-
-    def refresh(self) -> None:
-        self._clear()
-        self._draw()
-
-    def note(self, line: str) -> None:
-        self._clear()
-        self.stream.write(line + "\n")
-        self._draw()
-
-    def close(self) -> None:
-        self.refresh()
-        self.drawn, self.header, self.rows = 0, "", []  # the last drawing stays; later lines go below it
-
-    def _clear(self) -> None:
-        if self.drawn:
-            self.stream.write(f"\x1b[{self.drawn}F\x1b[J")
-            self.drawn = 0
-
-    def _draw(self) -> None:
-        if not self.header:
+    def tell(self, item: dict[str, Any]) -> None:
+        if item["kind"] == "event":
+            self.out(f"[{self.clock() - self.started:6.1f}s] {item['text']}")
             return
-        width = max(20, shutil.get_terminal_size().columns - 1)
-        now = self.clock()
-        lines = [f"{now - self.started:5.0f}s {self.header}"]
-        lines += [f"  {row.task_id:<24} {row.state:<15} {now - row.since:6.1f}s  {row.note}".rstrip()
-                  for row in self.rows]
-        self.stream.write("".join(line[:width] + "\n" for line in lines))
-        self.stream.flush()
-        self.drawn = len(lines)
+        for line in lines_of(item):
+            self.out(line)
 
+    def show(self, board: Board) -> None:
+        pass  # the events already said it, line by line
+
+    def close(self) -> None:
+        pass
+
+
+class JsonProgress:
+    """One JSON object per line for each item, and nothing else on stdout (`lanes-es run --json`)."""
+
+    def __init__(self, out: Out) -> None:
+        self.out = out
+
+    def tell(self, item: dict[str, Any]) -> None:
+        self.out(json.dumps(item, sort_keys=True, default=str))
+
+    def show(self, board: Board) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class Guarded:
+    """A progress told from two threads (the loop, and the watcher of a running tick), one at a time."""
+
+    def __init__(self, inner: Progress) -> None:
+        self.inner = inner
+        self.lock = threading.RLock()
+
+    def tell(self, item: dict[str, Any]) -> None:
+        with self.lock:
+            self.inner.tell(item)
+
+    def show(self, board: Board) -> None:
+        with self.lock:
+            self.inner.show(board)
+
+    def close(self) -> None:
+        with self.lock:
+            self.inner.close()

@@ -12,18 +12,19 @@ from lanes_es.steward.confirmation import confirm_on_terminal
 from lanes_es.steward.executors import EXECUTOR_LOGS, Executors, ExecutorUnavailable
 from lanes_es.steward.lanes import Steward
 from lanes_es.steward.loop import Autopilot
-from lanes_es.steward.progress import LineProgress, Out, TerminalProgress
+from lanes_es.steward.feed import BatchFeed
+from lanes_es.steward.progress import Guarded, JsonProgress, LineProgress, Out, Progress, note_item, steward_item
 
 
 def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir: str | os.PathLike[str],
                   executor_argv: list[str], yes: bool, out: Out = print, *, poll: float = 1.0,
                   live: bool | None = None, ask: Callable[[str], str] | None = None,
                   executor_env: Mapping[str, str] | None = None, final_verification: list[str] | None = None,
-                  delegate_revisions: bool = False) -> int:
+                  delegate_revisions: bool = False, json_lines: bool = False) -> int:
     """Run the Initiative's batch to the end; the exit code of `lanes-es run`.
 
-    `out` receives every line. `live` redraws the progress in place (default: when `out` is
-    `print` and stdout is a terminal). `ask` puts the confirmation question (default: `input`
+    `out` receives every line. `live` draws a live board on the terminal (default: when `out`
+    is `print` and stdout is a terminal); `json_lines` makes every line a JSON object instead. `ask` puts the confirmation question (default: `input`
     when stdin is a terminal; with neither, only `yes` can confirm). `executor_env` is added to
     every Executor's environment (the demo passes LANES_ES_EXECUTOR_HINT this way).
     """
@@ -35,35 +36,62 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
         raise ServiceError("invalid_lanes_dir", f"{lanes} is inside the coordinator checkout {root}; Lanes there make "
                                                 f"it dirty: choose a directory outside it, for example {root.parent / 'lanes'}")
     if live is None:
-        live = out is print and sys.stdout.isatty()
+        live = out is print and sys.stdout.isatty() and not json_lines
     if ask is None and sys.stdin.isatty():
-        ask = input
-    progress: LineProgress | TerminalProgress = TerminalProgress(sys.stdout) if live else LineProgress(out)
+        ask = input if not json_lines else ask_on_stderr
+    progress = Guarded(choose_progress(out, live, json_lines))
+
+    def note(line: str) -> None:
+        progress.tell(note_item(line))
+
+    def refuse(code: str, text: str) -> None:
+        progress.tell(steward_item("refused", text, reason=code))
+
     autopilot = Autopilot(service=service, slug=slug, max_parallel=max_parallel, steward=Steward(service.root, lanes),
                           executors=Executors(list(executor_argv), service.root, lanes / EXECUTOR_LOGS,
                                               extra_env=executor_env),
-                          progress=progress, poll=poll)
+                          progress=progress, poll=poll, feed=BatchFeed(service.store))
     try:
-        confirm_on_terminal(service, slug, max_parallel, yes, progress.note, ask,
+        confirm_on_terminal(service, slug, max_parallel, yes, note, ask,
                             final_verification=final_verification, delegate_revisions=delegate_revisions)
         return autopilot.run()
     except ExecutorUnavailable as error:
-        progress.note(f"lanes-es run: {error}")
+        refuse("executor_unavailable", f"lanes-es run: {error}")
         autopilot.wait_for_all()
         return EXIT_REJECTED
     except ServiceError as error:
         autopilot.wait_for_all()
         if error.code == "empty_enrollable_set":
-            return nothing_to_run(service, slug, progress.note)
-        progress.note(f"lanes-es run: {error}")
+            return nothing_to_run(service, slug, note)
+        refuse(error.code, f"lanes-es run: {error}")
         return EXIT_REJECTED
     except KeyboardInterrupt:
         progress.close()
         working = ", ".join(f"{task} (pid {r.process.pid})" for task, r in autopilot.executors.running.items())
-        out("lanes-es run: interrupted; the log and git keep every step already taken"
-            + (f"; Executors still working: {working}" if working else "")
-            + ". Run the same command again to go on.")
+        progress.tell(steward_item("interrupted", "lanes-es run: interrupted; the log and git keep every step "
+                                   "already taken" + (f"; Executors still working: {working}" if working else "")
+                                   + ". Run the same command again to go on.",
+                                   task_ids=sorted(autopilot.executors.running)))
         return 130
+    finally:
+        progress.close()
+
+
+def choose_progress(out: Out, live: bool, json_lines: bool) -> Progress:
+    if json_lines:
+        return JsonProgress(out)
+    if live:
+        from lanes_es.steward.live import LiveProgress  # rich: only a terminal pays for its import
+
+        return LiveProgress()
+    return LineProgress(out)
+
+
+def ask_on_stderr(question: str) -> str:
+    """With --json, stdout carries JSON only: the confirmation question goes to stderr."""
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    return input()
 
 
 def nothing_to_run(service: LanesService, slug: str, out: Out) -> int:

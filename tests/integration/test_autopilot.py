@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -281,25 +282,78 @@ def test_failed_qa_starts_the_executor_again_then_stops_for_the_coordinators_cor
     assert (lanes / "solo" / "solo.txt").read_text() == "the wrong thing\n"  # the Lane and its work are kept
 
 
-def test_the_terminal_progress_redraws_its_block_in_place():
-    import io
+# ---------------------------------------------------------------- what it shows
 
-    from lanes_es.steward.progress import Row, TerminalProgress
 
-    stream, now = io.StringIO(), [100.0]
-    progress = TerminalProgress(stream, clock=lambda: now[0])
-    progress.show("running, 1 Executor working: batch b", [Row("one", "enrolled", 100.0, "Executor working")])
-    now[0] = 102.5
-    progress.note("executor: one exited with 0")
-    progress.close()
-    progress.note("done")
-    assert stream.getvalue() == (
-        "    0s running, 1 Executor working: batch b\n  one                      enrolled           0.0s  Executor working\n"
-        "\x1b[2F\x1b[Jexecutor: one exited with 0\n"
-        "    2s running, 1 Executor working: batch b\n  one                      enrolled           2.5s  Executor working\n"
-        "\x1b[2F\x1b[J"
-        "    2s running, 1 Executor working: batch b\n  one                      enrolled           2.5s  Executor working\n"
-        "done\n")
+def run_on_a_terminal(command: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run a command with stdout and stderr on a pseudo-terminal; its exit code and what the terminal got."""
+    import select
+
+    master, slave = os.openpty()
+    process = subprocess.Popen(command, cwd=PROJECT, env={**env, "COLUMNS": "160", "LINES": "40", "TERM": "xterm"},
+                               stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    received = bytearray()
+    try:
+        while True:
+            if not select.select([master], [], [], 120)[0]:  # a guard against a hung child, not a timing check
+                process.kill()
+                raise AssertionError(f"no output on the terminal for 120 s; it had shown {bytes(received)[-400:]!r}")
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the process closed its end of the terminal
+                break
+            if not chunk:
+                break
+            received += chunk
+    finally:
+        os.close(master)
+    return process.wait(timeout=120), received.decode("utf-8", "replace")
+
+
+def test_on_a_terminal_the_run_draws_a_live_line_per_lane_and_the_batchs_progress(repo, tmp_path, executor_env):
+    lanes = tmp_path / "lanes"
+    code, terminal = run_on_a_terminal(
+        [sys.executable, "-m", "tools.cli", "--root", repo, "run", SLUG, "--max-parallel", "3", "--lanes-dir",
+         str(lanes), "--executor", " ".join(EXECUTOR), "--yes", "--poll", "0.05"], executor_env)
+    assert code == 0, terminal
+    record = assert_completed_as_planned(repo, lanes)
+    assert "\x1b[" in terminal  # drawn in place, not printed line after line
+    screens = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", part) for part in re.split(r"\x1b\[\d*A", terminal)]
+    # while it runs: a Lane's line holds its task, its state, the time in that state and its last event
+    lane_lines = [line for screen in screens for line in screen.splitlines()
+                  if re.match(r"^(one|two|three|notes-1|notes-2|merge)\s+(lane_admitted|enrolled|settled|"
+                              r"lane_committed|integrated|released)\s+\d+\.\ds\s+\S", line)]
+    assert {line.split()[0] for line in lane_lines} == set(TASKS), terminal[-3000:]
+    assert any(re.search(r"Executor working \(pid \d+\) · enrolled run_id=run-", line) for line in lane_lines)
+    # the batch's progress grows to all six, and the board's last drawing stays above the summary
+    done = [int(found) for found in re.findall(r"(\d)/6 done", terminal)]
+    assert done[0] < 6 and done[-1] == 6 and done == sorted(done)
+    assert terminal.rindex("6/6 done") < terminal.rindex(f"batch {record['batch_id']}: completed")
+    assert "executor: started for merge" in terminal  # the steward's moves print above the board
+
+
+def test_json_gives_one_object_per_line_for_every_event_and_move(repo, tmp_path, executor_env):
+    lanes, lines = tmp_path / "lanes", []
+    code = run_autopilot(service_of(repo), SLUG, 3, lanes, EXECUTOR, yes=True, out=lines.append, poll=0.05,
+                         json_lines=True)
+    items = [json.loads(line) for line in lines]  # every line is one JSON object
+    assert code == 0, lines
+    record = assert_completed_as_planned(repo, lanes)
+    events = [item for item in items if item["kind"] == "event"]
+    stored = service_of(repo).store.events(record["batch_id"])
+    # every event of the log, each once, in order, however the watcher and the loop shared the reading
+    assert [item["version"] for item in events] == list(range(1, len(stored) + 1))
+    assert [item["type"] for item in events] == [type(event).__name__ for event in stored]
+    integrated = [item["fields"]["task_id"] for item in events if item["type"] == "Integrated"]
+    assert sorted(integrated) == sorted(TASKS)
+    moves = [(item["action"], item.get("task_id")) for item in items if item["kind"] == "steward"]
+    assert {task for action, task in moves if action == "lane_provisioned"} == set(TASKS)  # some twice: re-offered
+    assert sorted(task for action, task in moves if action == "lane_released") == sorted(TASKS)
+    assert {task for action, task in moves if action == "executor_exited"} == set(TASKS)
+    assert items[-1]["kind"] == "summary" and items[-1]["exit_code"] == 0
+    assert items[-1]["batch_state"] == "completed" and items[-1]["batch_id"] == record["batch_id"]
+    assert any(item["kind"] == "note" and item["text"].startswith("Start the unattended") for item in items)
 
 
 def test_an_executor_that_survived_a_killed_run_is_waited_for_not_doubled(tmp_path):
@@ -325,3 +379,14 @@ def test_an_executor_that_survived_a_killed_run_is_waited_for_not_doubled(tmp_pa
     assert not (tmp_path / "logs" / "t.pid").exists()
     fresh = Executors([sys.executable, "-c", "pass"], str(tmp_path), tmp_path / "logs")
     assert fresh.should_start(handoff) is True  # nothing left to adopt
+
+
+def test_only_run_on_a_terminal_imports_the_progress_library():
+    """rich costs about 0.12 s of start-up: `--help`, `run --help` and the other commands never import it."""
+    for args in (["--help"], ["run", "--help"], ["status", "--help"]):
+        shown = subprocess.run([sys.executable, "-X", "importtime", "-m", "tools.cli", *args], cwd=PROJECT,
+                               capture_output=True, text=True)
+        assert shown.returncode == 0, shown.stderr
+        imported = [line.rsplit("|", 1)[-1].strip() for line in shown.stderr.splitlines() if "|" in line]
+        assert "lanes_es.steward.run" not in imported and len(imported) > 10
+        assert not [name for name in imported if name.split(".")[0] == "rich"], args

@@ -1,0 +1,83 @@
+"""The autopilot's news is driven by the log: any kind of event shows up, each once, in order."""
+
+from __future__ import annotations
+
+import threading
+
+import msgspec
+
+from lanes_es.steward.feed import BatchFeed, describe, event_item, subjects, words
+
+
+class SomeKindNobodyKnowsYet(msgspec.Struct, frozen=True, kw_only=True):
+    """An event kind the display has never heard of (as a candidate event was, before it existed)."""
+
+    originator_id: str
+    originator_version: int
+    at: str
+    lanes: list[str]
+    mode: str
+    passed: bool
+    commit: str
+    checks: list[dict[str, str]]  # a record: not for one line
+
+
+class Enrolled(msgspec.Struct, frozen=True, kw_only=True):
+    originator_id: str
+    originator_version: int
+    task_id: str
+    run_id: str
+
+
+def test_a_kind_the_display_never_heard_of_is_told_by_its_name_and_short_fields():
+    event = SomeKindNobodyKnowsYet(originator_id="b", originator_version=7, at="2026-01-01T00:00:00.000Z",
+                                   lanes=["one", "two"], mode="speculative", passed=True, commit="ab" * 20,
+                                   checks=[{"task_id": "one"}])
+    item = event_item("b", event)
+    assert item["kind"] == "event" and item["version"] == 7 and item["type"] == "SomeKindNobodyKnowsYet"
+    assert item["fields"]["checks"] == [{"task_id": "one"}]  # --json carries every field
+    assert subjects(item) == ["one", "two"]
+    assert item["text"] == "one+two: some kind nobody knows yet mode=speculative passed=yes commit=abababababab"
+
+
+def test_an_event_about_one_task_names_it_first():
+    item = event_item("b", Enrolled(originator_id="b", originator_version=3, task_id="one", run_id="run-1"))
+    assert subjects(item) == ["one"]
+    assert describe(item) == "one: enrolled run_id=run-1"
+    assert words("LaneCommitted") == "lane committed" and words("TrackerClosed") == "tracker closed"
+
+
+class Log:
+    """A store's batch log that grows while it is read."""
+
+    def __init__(self) -> None:
+        self.events: list[Enrolled] = []
+
+    def append(self, count: int) -> None:
+        start = len(self.events)
+        self.events += [Enrolled(originator_id="b", originator_version=start + n + 1, task_id=f"t{start + n}",
+                                 run_id="r") for n in range(count)]
+
+    def events_after(self, aggregate_id: str, version: int) -> list[Enrolled]:
+        assert aggregate_id == "b"
+        return self.events[version:]
+
+
+def test_two_readers_tell_every_event_once_in_log_order():
+    log, told = Log(), []
+    feed = BatchFeed(log)
+    assert feed.drain(told.append) == 0  # no batch followed yet
+    feed.follow("b")
+    readers = []
+    for _ in range(50):
+        log.append(3)
+        readers = [threading.Thread(target=feed.drain, args=(told.append,)) for _ in range(2)]
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            reader.join()
+    assert [item["version"] for item in told] == list(range(1, 151))
+    feed.follow("b")  # the same batch again: nothing is told twice
+    assert feed.drain(told.append) == 0
+    feed.follow("c-after-b")
+    assert feed.version == 0
