@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any
+from typing import Any, Callable
 
 RUN_DESCRIPTION = """\
 The autopilot: run an Initiative's batch to the end, playing Parent and Lane Steward.
@@ -64,19 +64,27 @@ def register(commands: Any) -> None:
     command.add_argument("--json", action="store_true",
                          help="one JSON object per line for every event of the batch's log and every move of the "
                               "steward, then the summary (kind: event, steward, note, summary)")
-    command.add_argument("--poll", type=_seconds, default=1.0, metavar="SECONDS",
+    command.add_argument("--wait", type=_seconds_up_to(86400, zero=True), default=0.0, metavar="SECONDS",
+                         help="when another autopilot runs this Initiative, wait up to SECONDS for it to end "
+                              "(default: refuse at once, naming it)")
+    command.add_argument("--poll", type=_seconds_up_to(60), default=1.0, metavar="SECONDS",
                          help="how often to look at the running Executors (default 1)")
     command.set_defaults(func=_run)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("expected a number of seconds") from None
-    if not 0 < value <= 60:
-        raise argparse.ArgumentTypeError("expected more than 0 and at most 60 seconds")
-    return value
+def _seconds_up_to(most: float, zero: bool = False) -> Callable[[str], float]:
+    """An argparse type: a number of seconds, more than 0 (or 0 itself when `zero`) and at most `most`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("expected a number of seconds") from None
+        if not (0 <= value if zero else 0 < value) or value > most:
+            raise argparse.ArgumentTypeError(f"expected {'0' if zero else 'more than 0'} to {most:g} seconds")
+        return value
+
+    return parse
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -92,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
     final = parse_final_verification(args.final_verification) if args.final_verification else None
     return run_autopilot(service_of(args), args.slug, args.max_parallel, args.lanes_dir, argv, args.yes,
                          poll=args.poll, final_verification=final, delegate_revisions=args.delegate_revisions,
-                         json_lines=args.json)
+                         json_lines=args.json, wait=args.wait)
 
 
 __all__ = ["register"]

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from lanes_es.adapters.processes import process_alive
+
 EXECUTOR_LOGS = ".executor-logs"
 
 
@@ -35,13 +37,12 @@ class Survivor:
 
 def _alive_in(pid: int, lane: str) -> bool:
     """Whether `pid` is a live process working in `lane` (Linux's /proc tells its directory)."""
-    try:
-        os.kill(pid, 0)
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        cwd = os.path.realpath(f"/proc/{pid}/cwd")
-    except (OSError, IndexError):
+    if not process_alive(pid):
         return False
-    return state != "Z" and cwd == os.path.realpath(lane)
+    try:
+        return os.path.realpath(f"/proc/{pid}/cwd") == os.path.realpath(lane)
+    except OSError:
+        return False
 
 
 @dataclass

@@ -19,6 +19,7 @@ from lanes_es.ports import GitFailure
 from lanes_es.service import LanesService, TickResult
 from lanes_es.steward.executors import Executors
 from lanes_es.steward.lanes import Steward, StewardRefusal
+from lanes_es.steward.lease import StewardLease
 from lanes_es.steward.feed import BatchFeed, subjects
 from lanes_es.steward.progress import Board, Progress, Row, steward_item
 from lanes_es.steward.summary import exit_code, summary_lines
@@ -49,6 +50,7 @@ class Autopilot:
     last_events: dict[str, str] = field(default_factory=dict)  # task -> what its latest event said
     round: str = ""  # the latest event about several Lanes at once (an integration round)
     report: dict[str, Any] | None = None  # the latest tick's report: the board between ticks
+    lease: StewardLease | None = None  # this run's steward lease, confirmed before each round of moves
 
     def run(self) -> int:
         offers: list[LaneOfferInput] = []
@@ -66,11 +68,13 @@ class Autopilot:
             self.show(report)
             if report["batch_state"] != "running":
                 self.wait_for_all()
+                self.confirm_lease()
                 self.steward.begin_round()
                 self.release_lanes(report)
                 return self.finish(report)
             if any(handoff["role"] == "coordinator" for handoff in report["handoffs"]):
                 return self.finish(report, stopped_for="coordinator")
+            self.confirm_lease()
             self.steward.begin_round()
             released = self.release_lanes(report)
             offers = self.provision_lanes(report)
@@ -88,6 +92,10 @@ class Autopilot:
             if idle >= 2:
                 return self.finish(report, stopped_for="stuck")
             self.sleep(self.poll)
+
+    def confirm_lease(self) -> None:
+        if self.lease is not None:
+            self.lease.confirm()
 
     def follow_current_batch(self) -> None:
         initiative = self.service.initiative(self.slug)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
+from lanes_es.adapters.steward_lease import LeaseHolder, StewardLeases
 from lanes_es.service import EXIT_OK, EXIT_REJECTED, LanesService, ServiceError
 from lanes_es.steward.confirmation import confirm_on_terminal
 from lanes_es.steward.executors import EXECUTOR_LOGS, Executors, ExecutorUnavailable
 from lanes_es.steward.lanes import Steward
+from lanes_es.steward.lease import LeaseLost, StewardBusy, StewardLease
 from lanes_es.steward.loop import Autopilot
 from lanes_es.steward.feed import BatchFeed
 from lanes_es.steward.progress import Guarded, JsonProgress, LineProgress, Out, Progress, note_item, steward_item
@@ -20,12 +22,16 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
                   executor_argv: list[str], yes: bool, out: Out = print, *, poll: float = 1.0,
                   live: bool | None = None, ask: Callable[[str], str] | None = None,
                   executor_env: Mapping[str, str] | None = None, final_verification: list[str] | None = None,
-                  delegate_revisions: bool = False, json_lines: bool = False) -> int:
+                  delegate_revisions: bool = False, json_lines: bool = False, wait: float = 0.0,
+                  leases: StewardLeases | None = None) -> int:
     """Run the Initiative's batch to the end; the exit code of `lanes-es run`.
 
     `out` receives every line. `live` draws a live board on the terminal (default: when `out`
-    is `print` and stdout is a terminal); `json_lines` makes every line a JSON object instead. `ask` puts the confirmation question (default: `input`
-    when stdin is a terminal; with neither, only `yes` can confirm). `executor_env` is added to
+    is `print` and stdout is a terminal); `json_lines` makes every line a JSON object instead.
+    `ask` puts the confirmation question (default: `input` when stdin is a terminal; with
+    neither, only `yes` can confirm). Another autopilot on the Initiative (its steward lease, in
+    the store) refuses this one, or is waited for up to `wait` seconds; `leases` defaults to the
+    store's own. `executor_env` is added to
     every Executor's environment (the demo passes LANES_ES_EXECUTOR_HINT this way).
     """
     if not executor_argv:
@@ -44,20 +50,33 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
     def note(line: str) -> None:
         progress.tell(note_item(line))
 
-    def refuse(code: str, text: str) -> None:
-        progress.tell(steward_item("refused", text, reason=code))
+    def refuse(code: str, text: str, **facts: Any) -> None:
+        progress.tell(steward_item("refused", text, reason=code, **facts))
+
+    def waiting_for(holder: LeaseHolder) -> None:
+        progress.tell(steward_item("lease_waited", f"waiting up to {wait:g}s for the autopilot that holds Initiative "
+                                   f"{slug}: {holder.describe()}", **holder_facts(holder)))
+
+    lease = StewardLease(leases or StewardLeases(service.store.url), slug)
 
     autopilot = Autopilot(service=service, slug=slug, max_parallel=max_parallel, steward=Steward(service.root, lanes),
                           executors=Executors(list(executor_argv), service.root, lanes / EXECUTOR_LOGS,
                                               extra_env=executor_env),
-                          progress=progress, poll=poll, feed=BatchFeed(service.store))
+                          progress=progress, poll=poll, feed=BatchFeed(service.store), lease=lease)
     try:
+        lease.take(wait, waiting_for)
         confirm_on_terminal(service, slug, max_parallel, yes, note, ask,
                             final_verification=final_verification, delegate_revisions=delegate_revisions)
         return autopilot.run()
     except ExecutorUnavailable as error:
         refuse("executor_unavailable", f"lanes-es run: {error}")
         autopilot.wait_for_all()
+        return EXIT_REJECTED
+    except StewardBusy as error:
+        refuse(error.code, f"lanes-es run: {error.detail}", **holder_facts(error.holder))
+        return EXIT_REJECTED
+    except LeaseLost as error:  # the autopilot that took over adopts the Executors by their pid files
+        refuse(error.code, f"lanes-es run: {error.detail}")
         return EXIT_REJECTED
     except ServiceError as error:
         autopilot.wait_for_all()
@@ -74,7 +93,12 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
                                    task_ids=sorted(autopilot.executors.running)))
         return 130
     finally:
+        lease.give_back()
         progress.close()
+
+
+def holder_facts(holder: LeaseHolder) -> dict[str, Any]:
+    return {"holder": {"pid": holder.pid, "host": holder.host, "since": holder.since, "expires": holder.expires}}
 
 
 def choose_progress(out: Out, live: bool, json_lines: bool) -> Progress:
