@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import sqlite3
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import pytest
 from lanes_es.adapters.store import EventStore
 from tests.gitfixtures import git_out, identity_env, run_git
 from tests.integration.demo_repo import amend_last_without_audit_pair, copy_of, rewrite_documents
+from tests.terminal import read_terminal
 from tests.unit.audit_logs import long_log
 from tools.cli import main
 
@@ -186,22 +186,8 @@ def run_on_a_terminal(args: list[str], out_path: Path) -> tuple[int, str]:
         process = subprocess.Popen([sys.executable, "-m", "tools.cli", *args], stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=slave, cwd=SOURCE_ROOT)
     os.close(slave)
-    received = bytearray()
-    try:
-        while True:
-            if not select.select([master], [], [], 120)[0]:  # a guard against a hung child, not a timing check
-                process.kill()
-                raise AssertionError(f"no output on the terminal for 120 s; it had shown {bytes(received)[-200:]!r}")
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the process closed its end of the terminal
-                break
-            if not chunk:
-                break
-            received += chunk
-    finally:
-        os.close(master)
-    return process.wait(timeout=120), received.decode()
+    shown = read_terminal(master, process)
+    return process.wait(timeout=120), shown
 
 
 @pytest.fixture(scope="module")

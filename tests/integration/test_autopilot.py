@@ -287,28 +287,14 @@ def test_failed_qa_starts_the_executor_again_then_stops_for_the_coordinators_cor
 
 def run_on_a_terminal(command: list[str], env: dict[str, str]) -> tuple[int, str]:
     """Run a command with stdout and stderr on a pseudo-terminal; its exit code and what the terminal got."""
-    import select
+    from tests.terminal import read_terminal
 
     master, slave = os.openpty()
     process = subprocess.Popen(command, cwd=PROJECT, env={**env, "COLUMNS": "160", "LINES": "40", "TERM": "xterm"},
                                stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
     os.close(slave)
-    received = bytearray()
-    try:
-        while True:
-            if not select.select([master], [], [], 120)[0]:  # a guard against a hung child, not a timing check
-                process.kill()
-                raise AssertionError(f"no output on the terminal for 120 s; it had shown {bytes(received)[-400:]!r}")
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the process closed its end of the terminal
-                break
-            if not chunk:
-                break
-            received += chunk
-    finally:
-        os.close(master)
-    return process.wait(timeout=120), received.decode("utf-8", "replace")
+    shown = read_terminal(master, process)
+    return process.wait(timeout=120), shown
 
 
 def test_on_a_terminal_the_run_draws_a_live_line_per_lane_and_the_batchs_progress(repo, tmp_path, executor_env):

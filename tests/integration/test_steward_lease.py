@@ -173,3 +173,46 @@ def test_the_holder_sigkilled_passes_the_lease_on_at_once(repo, tmp_path, execut
     assert_completed_as_planned(repo, lanes)
     admitted_once_each(store_url, repo)
     assert StewardLeases(store_url).holder(SCOPE) is None
+
+
+# ---------------------------------------------------------------- a busy tick
+
+
+def test_a_tick_that_finds_the_batch_lock_held_is_tried_again_shortly(repo, tmp_path, executor_env, store_url):
+    """Another tick (a person's `lanes-es tick`) holds the batch: the autopilot says busy once and ticks again."""
+    import threading
+
+    from lanes_es.steward.run import run_autopilot
+
+    service = service_of(repo)
+    confirmation = service.confirmation(SLUG, max_parallel=3)
+    service.authorize(confirmation)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with service_of(repo).store.batch_lock(confirmation.batch_id):
+            held.set()
+            release.wait(120)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(60)
+    items: list[dict] = []
+
+    def out(line: str) -> None:
+        items.append(json.loads(line))
+        if items[-1].get("action") == "busy":
+            release.set()  # the other tick ends once the autopilot has said it is waiting for it
+
+    try:
+        code = run_autopilot(service, SLUG, 3, tmp_path / "lanes", EXECUTOR, yes=True, out=out, poll=0.05,
+                             json_lines=True)
+    finally:
+        release.set()
+        holder.join()
+    assert code == 0, items
+    busy = [item for item in items if item.get("action") == "busy"]
+    assert len(busy) == 1 and "held by" in busy[0]["reason"], busy  # said once for the wait, not once per try
+    assert items.index(busy[0]) < min(n for n, item in enumerate(items) if item["kind"] == "event")  # before any tick
+    assert items[-1]["batch_state"] == "completed"
+    assert_completed_as_planned(repo, tmp_path / "lanes")
