@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from lanes_es.adapters.store import EventStore, StoreConflict
+from lanes_es.audit.anchor import AnchorRefused
+from lanes_es.audit.signing import KeyError_
 from lanes_es.domain import events as ev
 from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.batch import LaneBatch
@@ -48,6 +50,9 @@ class Adapters(Protocol):
     def read_initiative(self, root: str, slug: str) -> dict[str, Any]:
         """The Initiative's observation (the Local carrier)."""
 
+    def anchor_log(self, root: str, batch_id: str, version: int, read_rows: Callable[[], Any]) -> Any:
+        """Bring the batch's signed checkpoint in git up to `version` (lanes_es/audit/anchor.py)."""
+
 
 class ServiceError(Exception):
     """A use case refused: `code` is stable, the message says what to do next."""
@@ -64,6 +69,7 @@ class TickResult:
     batch_id: str
     written: bool
     drift: list[str] = field(default_factory=list)
+    anchor_problem: str | None = None  # why the checkpoint was not brought up to the log, when it was not
 
     @property
     def exit_code(self) -> int:
@@ -256,8 +262,9 @@ class LanesService:
             tick = self._tick_input(slug, authorization, limit, offers, instruction, revision, executor_runtime)
             ports = self.adapters.tick_ports(self.root, slug)
             outcome = self._run(tick, batch, ports, timings)
+            problem = self._anchor(outcome.batch, timings)
             self._write_stats(started, timings)
-            return TickResult(outcome.report, authorization.batch_id, outcome.written, repaired)
+            return TickResult(outcome.report, authorization.batch_id, outcome.written, repaired, problem)
 
     def _tick_input(self, slug: str, authorization: ev.BatchAuthorized, max_parallel: int | None,
                     offers: list[LaneOfferInput] | None, instruction: InstructionInput | None,
@@ -283,6 +290,25 @@ class LanesService:
             if not isinstance(error, StoreConflict) and not _STORE_CONDITION.search(str(error)):
                 raise
             return self._store_condition_report(tick, ports, str(error))
+
+    def _anchor(self, batch: LaneBatch | None, timings: "_Timings | None" = None) -> str | None:
+        """After the log is saved: the signed checkpoint and attestations in git, outside the store.
+
+        Never raises for a condition a user can fix: the events stand, and the next tick
+        (or `verify`, which says the checkpoint is behind) picks it up.
+        """
+        anchor = getattr(self.adapters, "anchor_log", None)
+        if anchor is None or batch is None or batch.version <= 0:
+            return None
+        began = time.perf_counter()
+        try:
+            anchor(self.root, batch.id, batch.version, lambda: self.store.stored_events(batch.id))
+        except (AnchorRefused, KeyError_, PortError) as error:
+            return str(error)
+        finally:
+            if timings is not None:
+                timings.anchor += time.perf_counter() - began
+        return None
 
     def _store_condition_report(self, tick: TickInput, ports: TickPorts, reason: str) -> TickOutcome:
         """What the log holds is what stands: report it rejected, with only safe release handoffs."""
@@ -313,6 +339,7 @@ class LanesService:
 
         line = {"git_spawns": STATS.spawns, "git_seconds": round(STATS.seconds, 4),
                 "store_seconds": round(timings.store, 4), "kernel_seconds": round(timings.kernel, 4),
+                "anchor_seconds": round(timings.anchor, 4),
                 "total_seconds": round(time.perf_counter() - started, 4), "events_appended": timings.events}
         with open(self.stats_path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(line) + "\n")
@@ -338,6 +365,7 @@ class LanesService:
                 batch.supersede(now, RETIRE_REASON, RETIRE_NEXT_ACTION)
                 self.store.save(batch)
                 materialize(self.root, documents_of(batch))
+                self._anchor(batch)
             initiative.retire(at=now, batch_id=current.batch_id)  # type: ignore[union-attr]
             self.store.save(initiative)
             if batch is None:
@@ -360,6 +388,7 @@ class LanesService:
 class _Timings:
     store: float = 0.0
     kernel: float = 0.0
+    anchor: float = 0.0
     events: int = 0
 
 

@@ -19,13 +19,14 @@ from typing import Any, BinaryIO, Callable, TextIO
 import msgspec
 
 from lanes_es.audit.chain import chain_head, verify_stored
-from lanes_es.audit.export import ExportError, read_export_log, stored_lines, write_lines
+from lanes_es.audit.export import ExportError, read_export_rows, stored_lines, write_lines
 from lanes_es.audit.replay import ReplayRangeError, ReplayResult, TerminalProgress, replay
 from lanes_es.audit.verify import Finding, VerifyReport, verify_batch, verify_export_events
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.service import EXIT_INTERNAL, EXIT_OK, ServiceError
 from projections.audit_html import render_audit_html
 from projections.timeline import TimelineRow
+from tools.anchor_cli import AnchorOptions
 
 EXIT_FAILED = EXIT_INTERNAL  # a check that does not hold: 1, as `rebuild --check` reports drift
 
@@ -51,6 +52,12 @@ def register(commands: Any) -> None:
     command.add_argument("--expect-head", default=None, metavar="DIGEST",
                          help="the chain head recorded elsewhere (an earlier verify, an export); a log cut short "
                               "or rewritten since then ends at another head")
+    command.add_argument("--checkpoint", default=None, metavar="FILE",
+                         help="a signed checkpoint to check the log against (default: the repository's ref "
+                              "refs/lanes-es/checkpoints/BATCH_ID)")
+    command.add_argument("--public-key", default=None, metavar="KEY",
+                         help="the public key (its text or a file holding it; default: $LANES_ES_PUBLIC_KEY, else "
+                              "this repository's signing key); `lanes-es key show` prints it")
     command.add_argument("--json", action="store_true", help="print the findings as JSON")
     command.set_defaults(func=_verify)
 
@@ -98,11 +105,13 @@ def _verify(args: argparse.Namespace) -> int:
     if args.export:
         if args.batch_id:
             raise ServiceError("invalid_input", "name a BATCH_ID or --export FILE, not both")
-        return verify_export_command(Path(args.export), args.json, expect_head=args.expect_head)
+        return verify_export_command(Path(args.export), args.json, expect_head=args.expect_head,
+                                     anchor=AnchorOptions.of(args))
     if not args.batch_id:
         raise ServiceError("invalid_input", "name a BATCH_ID, or --export FILE to verify an exported log")
     return _with_store(args, lambda store, root: verify_command(store, root, args.batch_id, args.json,
-                                                                 expect_head=args.expect_head))
+                                                                 expect_head=args.expect_head,
+                                                                 anchor=AnchorOptions.of(args)))
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -192,24 +201,28 @@ def _fact(value: Any) -> str:
 
 
 def verify_command(store: Any, root: Path, batch_id: str, as_json: bool = False, out: TextIO | None = None,
-                   err: TextIO | None = None, expect_head: str | None = None) -> int:
+                   err: TextIO | None = None, expect_head: str | None = None,
+                   anchor: "AnchorOptions | None" = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
-    events, stored_breaks = load_batch(store, batch_id)
+    rows = load_rows(store, batch_id)
+    events, stored_breaks = verify_stored(rows)
     progress = TerminalProgress(stream=err, label="verifying")
     try:
         report = verify_batch(batch_id, events, root, stored_breaks, progress=progress)
     finally:
         progress.finish()
     _check_head(report, expect_head)
+    (anchor or AnchorOptions()).check(report, rows, events, root)
     _print_verify(report, as_json, out)
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def verify_export_command(path: Path, as_json: bool = False, out: TextIO | None = None,
-                          err: TextIO | None = None, expect_head: str | None = None) -> int:
+                          err: TextIO | None = None, expect_head: str | None = None,
+                          anchor: "AnchorOptions | None" = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        events, stored_breaks = read_export_log(path)
+        rows, events, stored_breaks = read_export_rows(path)
     except ExportError as error:
         raise ServiceError("invalid_export", str(error)) from None
     progress = TerminalProgress(stream=err, label="verifying")
@@ -218,6 +231,7 @@ def verify_export_command(path: Path, as_json: bool = False, out: TextIO | None 
     finally:
         progress.finish()
     _check_head(report, expect_head)
+    (anchor or AnchorOptions()).check(report, rows, events, None)
     _print_verify(report, as_json, out)
     return EXIT_OK if report.ok else EXIT_FAILED
 
@@ -238,6 +252,11 @@ def _print_verify(report: VerifyReport, as_json: bool, out: TextIO) -> None:
         return
     out.write(f"batch {report.batch_id}: {report.events} events, state {report.batch_state or 'unknown'}\n")
     out.write(f"chain head {report.head}\n")
+    if report.checkpoint is not None:
+        out.write(f"checkpoint {report.checkpoint['size']} events, root {report.checkpoint['root']} "
+                  f"({report.checkpoint['source']})\n")
+    for note in report.notes:
+        out.write(f"note: {note}\n")
     for finding in report.findings:
         out.write(f"FAIL {finding.describe()}\n")
     if report.completion is not None and report.completion["complete"]:

@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(commands)
     _add_rebuild(commands)
     _add_retire(commands)
-    for module in ("tools.task_cli", "tools.audit_cli", "tools.demo", "tools.bench", "tools.autopilot", "tools.mcp_server"):
+    for module in ("tools.task_cli", "tools.audit_cli", "tools.anchor_cli", "tools.demo", "tools.bench", "tools.autopilot", "tools.mcp_server"):
         _register_optional(module, commands)
     return parser
 
@@ -257,6 +257,8 @@ def _tick(args: argparse.Namespace) -> int:
     result = service_of(args).tick(args.slug, executor_runtime=args.executor_runtime, **inputs)
     for line in result.drift:
         print(f"lanes-es: drift repaired: {line}", file=sys.stderr)
+    if result.anchor_problem:
+        print(f"lanes-es: checkpoint not written: {result.anchor_problem}", file=sys.stderr)
     _print(result.report, args.json, report_text)
     return result.exit_code
 

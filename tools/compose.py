@@ -57,8 +57,23 @@ def locate_repository(start: str | os.PathLike[str]) -> Repository:
 class RealAdapters:
     """Real git, the reference kernel and process runners, built fresh for each tick."""
 
-    def __init__(self, clock: Any = system_now) -> None:
+    def __init__(self, clock: Any = system_now, common_dir: Path | None = None) -> None:
         self.clock = clock
+        self.common_dir = common_dir
+
+    def anchor_log(self, root: str, batch_id: str, version: int, read_rows: Any) -> Any:
+        """The signed checkpoint and attestations on refs/lanes-es/checkpoints/<batch> (needs the audit extra)."""
+        import importlib.util
+
+        if self.common_dir is None or importlib.util.find_spec("cryptography") is None:
+            return None
+        from lanes_es.adapters.anchor_git import GitAnchor
+        from lanes_es.adapters.signing_key import load_signer
+        from lanes_es.audit.anchor import anchor_log
+
+        common_dir = self.common_dir
+        return anchor_log(GitAnchor(common_dir / "lanes-es" / "anchored"), root, batch_id, version, read_rows,
+                          lambda: load_signer(common_dir))
 
     def tick_ports(self, root: str, slug: str) -> TickPorts:
         kernel = ReferenceKernel(clock=self.clock)
@@ -102,5 +117,6 @@ def build_service(root: str | os.PathLike[str] = ".", store_url: str | None = No
         store = open_store(repository, store_url)
     except GitFailure as error:
         raise ServiceError("store_unavailable", str(error)) from None
-    return LanesService(root=str(repository.root), store=store, adapters=RealAdapters(clock), now=clock,
+    return LanesService(root=str(repository.root), store=store, adapters=RealAdapters(clock, repository.common_dir),
+                        now=clock,
                         stats_path=os.environ.get("LANES_ES_STATS"))

@@ -98,6 +98,20 @@ def parse_export(data: bytes, name: str = "export") -> list[Any]:
 
 
 def parse_export_log(data: bytes, name: str = "export") -> tuple[list[Any], list[ChainBreak]]:
+    _, events, breaks = parse_export_rows(data, name)
+    return events, breaks
+
+
+def read_export_rows(path: str | Path) -> tuple[list[StoredEvent], list[Any], list[ChainBreak]]:
+    """The rows of an export file as written (for the Merkle leaves), its events and its breaks."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise ExportError(f"cannot read the export {path}: {error.strerror or error}") from None
+    return parse_export_rows(data, str(path))
+
+
+def parse_export_rows(data: bytes, name: str = "export") -> tuple[list[StoredEvent], list[Any], list[ChainBreak]]:
     if not data.strip():
         raise ExportError(f"{name} holds no events")
     if not data.endswith(b"\n"):
@@ -112,7 +126,7 @@ def parse_export_log(data: bytes, name: str = "export") -> tuple[list[Any], list
                               f"{events[0].originator_id}; an export holds one batch's log")
         rows.append(row)
         events.append(event)
-    return events, stored_breaks(rows, events)
+    return rows, events, stored_breaks(rows, events)
 
 
 def _event_of_line(mapper: Any, line: bytes, where: str) -> tuple[StoredEvent, Any]:

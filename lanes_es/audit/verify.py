@@ -26,7 +26,7 @@ _STEP_RULES = frozenset({ILLEGAL_TRANSITION, INVALID_RECORD, UNFOLDABLE})
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
-    check: str  # "chain", "replay", "projection" or "completion"
+    check: str  # "chain", "replay", "projection", "completion", "checkpoint", "attestation" or "branch"
     version: int | None
     code: str
     message: str
@@ -43,6 +43,8 @@ class VerifyReport(msgspec.Struct, kw_only=True):
     batch_state: str | None
     findings: list[Finding]
     completion: dict[str, Any] | None = None  # upstream's observation, for a completed batch
+    checkpoint: dict[str, Any] | None = None  # the signed checkpoint the log was checked against
+    notes: list[str] = []  # what holds but is worth saying (a checkpoint behind the log, a check not run)
 
     @property
     def ok(self) -> bool:
@@ -105,3 +107,16 @@ def _projection_findings(root: str | Path, events: Sequence[Any]) -> list[Findin
         return [Finding(check="projection", version=None, code="invalid_record", message=str(error))]
     return [Finding(check="projection", version=None, code=f"projection_{found.kind}", message=found.describe())
             for found in drifted]
+
+
+def add_anchor_findings(report: VerifyReport, rows: Sequence[Any], events: Sequence[Any], evidence: Any) -> None:
+    """The checkpoint, the attestations and the batch branch (lanes_es/audit/anchored.py) into the report."""
+    from .anchored import check_anchor
+
+    checked = check_anchor(report.batch_id, rows, events, evidence)
+    report.findings.extend(Finding(check=check, version=version, code=code, message=message)
+                           for check, version, code, message in checked.findings)
+    report.notes.extend(checked.notes)
+    if checked.checkpoint is not None:
+        report.checkpoint = {"source": evidence.source, "size": checked.checkpoint.size,
+                             "root": checked.checkpoint.root.hex()}

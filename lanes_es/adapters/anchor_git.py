@@ -1,0 +1,142 @@
+"""The checkpoint ref in git: read it, describe integrated commits, and append a commit to it.
+
+The ref `refs/lanes-es/checkpoints/<batch_id>` holds one commit per checkpoint; its tree
+has `checkpoint` (the newest signed note), `attestations/<version>-<task>.dsse.json` and,
+once the batch settled, `summary.dsse.json`. It travels with `git push` of that ref and
+survives the loss of the store.
+
+A write is ONE spawn of `git fast-import`: it stores the blobs, builds the tree from the
+parent's tree plus the new files, commits, and updates the ref only when the new commit
+contains the ref's current value (a compare-and-swap: a writer that lost a race is
+refused and changes nothing). No hook runs, no working tree or index is touched. A read
+is one `cat-file --batch`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Sequence
+
+from lanes_es.audit.anchor import AnchorRefused, checkpoint_ref
+from lanes_es.audit.attestation import CHECKPOINT_PATH
+
+from .files import write_atomic
+from .git import batch_identity_env, git, git_ok
+
+
+def cat_file_batch(root: str, names: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
+    """`git cat-file --batch` of each name: (object id, type, content), None for a missing one. One spawn."""
+    if not names:
+        return []
+    output = git(root, "cat-file", "--batch", stdin="".join(f"{name}\n" for name in names).encode()).stdout
+    results: list[tuple[str, str, bytes] | None] = []
+    position = 0
+    for _ in names:
+        end = output.index(b"\n", position)
+        header = output[position:end].decode("utf-8", "replace").split(" ")
+        position = end + 1
+        if len(header) != 3 or header[1] == "missing" or header[-1] == "missing":
+            results.append(None)
+            continue
+        size = int(header[2])
+        results.append((header[0], header[1], output[position:position + size]))
+        position += size + 1
+    return results
+
+
+class GitAnchor:
+    def __init__(self, state_dir: Path | None) -> None:
+        self._state_dir = state_dir  # where the anchored size is remembered (the store's lock dir)
+
+    # ------------------------------------------------------------ reading
+
+    def read_checkpoint(self, root: str, batch_id: str) -> tuple[str | None, str | None]:
+        ref = checkpoint_ref(batch_id)
+        commit, note = cat_file_batch(root, [ref, f"{ref}:{CHECKPOINT_PATH}"])
+        if commit is None:
+            return None, None
+        return commit[0], note[2].decode("utf-8", "replace") if note else None
+
+    def describe(self, root: str, requests: Sequence[tuple[str, str | None]]) -> dict[str, tuple[str, bytes | None]]:
+        names = []
+        for commit, path in requests:
+            names += [f"{commit}^{{tree}}", f"{commit}:{path}" if path else f"{commit}:"]
+        found = cat_file_batch(root, names)
+        described = {}
+        for index, (commit, path) in enumerate(requests):
+            tree, blob = found[2 * index], found[2 * index + 1]
+            described[commit] = (tree[0] if tree else "", blob[2] if blob and path and blob[1] == "blob" else None)
+        return described
+
+    # ------------------------------------------------------------ writing
+
+    def write(self, root: str, batch_id: str, parent: str | None, files: dict[str, bytes], message: str) -> None:
+        ref = checkpoint_ref(batch_id)
+        identity = batch_identity_env()
+        stream = [f"commit {ref}\n".encode(),
+                  f"committer {identity['GIT_COMMITTER_NAME']} <{identity['GIT_COMMITTER_EMAIL']}> "
+                  f"{int(time.time())} +0000\n".encode(),
+                  _data(message.encode())]
+        if parent:
+            stream.append(f"from {parent}\n".encode())
+        for path, content in sorted(files.items()):
+            stream += [f"M 100644 inline {path}\n".encode(), _data(content)]
+        stream.append(b"\ndone\n")
+        result = git_ok(root, "fast-import", "--quiet", "--done", stdin=b"".join(stream))
+        if result.exit_code != 0:
+            raise AnchorRefused(f"the checkpoint ref {ref} moved while this tick wrote it, or git refused the "
+                                f"write ({result.error_text or 'no message'}); the next tick writes it again")
+
+    # ------------------------------------------------------------ the size last anchored
+
+    def _marker(self, batch_id: str) -> Path | None:
+        return self._state_dir / f"anchored-{batch_id}" if self._state_dir else None
+
+    def anchored_size(self, batch_id: str) -> int | None:
+        marker = self._marker(batch_id)
+        try:
+            return int(marker.read_text()) if marker else None
+        except (OSError, ValueError):
+            return None
+
+    def mark_anchored(self, batch_id: str, size: int) -> None:
+        marker = self._marker(batch_id)
+        if marker is not None:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(marker, f"{size}\n".encode(), marker.parent, mode=0o644)
+
+
+def _data(content: bytes) -> bytes:
+    return f"data {len(content)}\n".encode() + content + b"\n"
+
+
+# ---------------------------------------------------------------- what verify reads
+
+
+def read_anchor(root: str, batch_id: str) -> tuple[str | None, dict[str, bytes]]:
+    """The checkpoint note and every attestation (path -> envelope) on the batch's ref. Two spawns."""
+    ref = checkpoint_ref(batch_id)
+    listed = git_ok(root, "ls-tree", "-r", "-z", ref)
+    if listed.exit_code != 0:
+        return None, {}
+    entries = []
+    for line in listed.stdout.split(b"\0"):
+        if not line:
+            continue
+        meta, _, path = line.partition(b"\t")
+        entries.append((meta.split(b" ")[2].decode(), path.decode("utf-8", "replace")))
+    contents = cat_file_batch(root, [object_id for object_id, _ in entries])
+    files = {path: found[2] for (_, path), found in zip(entries, contents) if found is not None}
+    note = files.pop(CHECKPOINT_PATH, None)
+    attestations = {path: data for path, data in files.items() if path.startswith("attestations/")}
+    return (note.decode("utf-8", "replace") if note is not None else None), attestations
+
+
+def branch_history(root: str, branch: str, base: str) -> tuple[list[tuple[str, str]] | None, str | None]:
+    """The batch branch's first-parent commits after `base`, oldest first, with their trees. One spawn."""
+    listed = git_ok(root, "log", "--first-parent", "--format=%H %T", f"refs/heads/{branch}", f"^{base}", "--")
+    if listed.exit_code != 0:
+        return None, f"the batch branch {branch} or its base {base[:12]} is not in {root}"
+    pairs = [tuple(line.split(" ", 1)) for line in listed.text.splitlines() if line]
+    return [(commit, tree) for commit, tree in reversed(pairs)], None  # type: ignore[misc]

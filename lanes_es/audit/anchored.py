@@ -1,0 +1,173 @@
+"""`verify`'s checks of what lies outside the store (pure): the signed checkpoint, the
+attestations, and the batch branch against them.
+
+- The log against the checkpoint: the same size and root; or a longer log whose first
+  `size` events have the checkpoint's root (the checkpoint is behind: a note, not a
+  finding, until the next tick writes it); a shorter log, or another root, is a finding.
+- Each attestation: its signature, and the integration it names against the log's.
+- The batch branch: its first-parent history from the base up to the last attested
+  commit is exactly the attested commits with the attested trees (commits the batch
+  adopted by fast-forward, `HeadAdopted`, excepted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from eventsourcing.persistence import StoredEvent
+
+from lanes_es.domain import events as ev
+
+from . import merkle
+from .anchor import log_leaves
+from .attestation import IntegrationFact, integration_facts, subject_digest
+from .dsse import EnvelopeError, open_envelope
+from .signed_note import Checkpoint, NoteError
+from .signing import Verifier
+
+
+@dataclass
+class AnchorEvidence:
+    """What lies outside the store, as the command line read it."""
+
+    source: str  # where the checkpoint came from: the ref, or a file
+    note: str | None
+    verifier: Verifier | None
+    attestations: dict[str, bytes] | None = None  # path -> envelope; None: no ref to read them from
+    branch_history: list[tuple[str, str]] | None = None  # (commit, tree), oldest first; None: not read
+    branch_problem: str | None = None  # why the branch could not be read
+
+
+@dataclass
+class AnchorCheck:
+    findings: list[tuple[str, int | None, str, str]]  # (check, version, code, message)
+    notes: list[str]
+    checkpoint: Checkpoint | None = None
+
+
+def check_anchor(batch_id: str, rows: Sequence[StoredEvent], events: Sequence[Any],
+                 evidence: AnchorEvidence) -> AnchorCheck:
+    result = AnchorCheck(findings=[], notes=[])
+    if evidence.note is None:
+        result.notes.append(f"no checkpoint ({evidence.source}): the end of this log is not anchored outside it")
+        return result
+    checkpoint = _open_checkpoint(batch_id, evidence, result)
+    if checkpoint is None:
+        return result
+    result.checkpoint = checkpoint
+    _check_log(rows, checkpoint, result)
+    if evidence.attestations is None:
+        result.notes.append("attestations and batch branch not checked: no repository holding the checkpoint ref")
+        return result
+    facts = {fact.version: fact for fact in integration_facts(events)}
+    attested = _check_attestations(batch_id, facts, checkpoint.size, evidence, result)
+    _check_branch(events, attested, evidence, result)
+    return result
+
+
+def _finding(result: AnchorCheck, check: str, version: int | None, code: str, message: str) -> None:
+    result.findings.append((check, version, code, message))
+
+
+def _open_checkpoint(batch_id: str, evidence: AnchorEvidence, result: AnchorCheck) -> Checkpoint | None:
+    assert evidence.verifier is not None
+    try:
+        checkpoint = Checkpoint.open(evidence.note or "", evidence.verifier)
+    except NoteError as error:
+        _finding(result, "checkpoint", None, "checkpoint_signature", f"the checkpoint ({evidence.source}) does not "
+                                                                      f"verify: {error}")
+        return None
+    if checkpoint.origin != batch_id:
+        _finding(result, "checkpoint", None, "checkpoint_origin",
+                 f"the checkpoint ({evidence.source}) is of {checkpoint.origin}, not of {batch_id}")
+        return None
+    return checkpoint
+
+
+def _check_log(rows: Sequence[StoredEvent], checkpoint: Checkpoint, result: AnchorCheck) -> None:
+    leaves = log_leaves(rows)
+    size = checkpoint.size
+    if len(leaves) < size:
+        _finding(result, "checkpoint", len(leaves) + 1, "log_cut_short",
+                 f"the log holds {len(leaves)} events but the signed checkpoint covers {size}: the newest "
+                 f"{size - len(leaves)} events were removed")
+        return
+    if merkle.root_of(leaves[:size]) != checkpoint.root:
+        _finding(result, "checkpoint", None, "checkpoint_root_mismatch",
+                 f"the first {size} events do not hash to the signed root {checkpoint.root.hex()[:16]}: the log was "
+                 f"rewritten, reordered or edited since it was checkpointed")
+        return
+    if len(leaves) > size:
+        proof = merkle.consistency_proof(size, leaves)
+        if not merkle.verify_consistency(size, len(leaves), checkpoint.root, merkle.root_of(leaves), proof):
+            _finding(result, "checkpoint", None, "inconsistent", "the log is not an extension of the checkpoint")
+            return
+        result.notes.append(f"checkpoint behind by {len(leaves) - size} events (it covers {size} of {len(leaves)}; "
+                            f"the next tick writes it)")
+
+
+def _check_attestations(batch_id: str, facts: dict[int, IntegrationFact], size: int, evidence: AnchorEvidence,
+                        result: AnchorCheck) -> list[tuple[int, str, str, str]]:
+    """Verified attestations as (version, task, commit, tree), oldest first."""
+    assert evidence.verifier is not None
+    attested: dict[int, tuple[int, str, str, str]] = {}
+    for path, data in sorted((evidence.attestations or {}).items()):
+        try:
+            statement = open_envelope(data, evidence.verifier)
+        except EnvelopeError as error:
+            _finding(result, "attestation", None, "attestation_signature", f"{path}: {error}")
+            continue
+        predicate = statement.get("predicate") or {}
+        version, task = predicate.get("event_version"), predicate.get("task_id")
+        commit, tree = subject_digest(statement, "gitCommit"), subject_digest(statement, "gitTree")
+        fact = facts.get(version) if isinstance(version, int) else None
+        if predicate.get("batch_id") != batch_id or fact is None:
+            _finding(result, "attestation", version if isinstance(version, int) else None, "attestation_unknown",
+                     f"{path} attests an integration ({task} at {commit}) that the log does not hold")
+            continue
+        if fact.task_id != task or fact.commit != commit:
+            _finding(result, "attestation", version, "attestation_mismatch",
+                     f"{path} attests {task} at {commit}; the log integrated {fact.task_id} at {fact.commit}")
+            continue
+        attested[version] = (version, task, commit, tree or "")
+    for version, fact in sorted(facts.items()):
+        if version <= size and version not in attested and not any(
+                code == "attestation_signature" for _, _, code, _ in result.findings):
+            _finding(result, "attestation", version, "attestation_missing",
+                     f"the integration of {fact.task_id} at {fact.commit} has no attestation")
+    return [attested[version] for version in sorted(attested)]
+
+
+def _check_branch(events: Sequence[Any], attested: list[tuple[int, str, str, str]], evidence: AnchorEvidence,
+                  result: AnchorCheck) -> None:
+    if not attested:
+        return
+    if evidence.branch_history is None:
+        result.notes.append(f"batch branch not checked: {evidence.branch_problem or 'no repository'}")
+        return
+    history = evidence.branch_history
+    position = {commit: index for index, (commit, _) in enumerate(history)}
+    for version, task, commit, _ in attested:
+        if commit not in position:
+            _finding(result, "branch", version, "branch_rewritten",
+                     f"the batch branch does not contain {commit}, the attested integration of {task}: the branch "
+                     f"was rewritten or its integrated commit replaced")
+    present = [commit for _, _, commit, _ in attested if commit in position]
+    if not present:
+        return
+    adopted = [(position.get(event.from_head, -1), position.get(event.to_head)) for event in events
+               if isinstance(event, ev.HeadAdopted)]
+    expected = {commit: (version, task, tree) for version, task, commit, tree in attested}
+    for index, (commit, tree) in enumerate(history[:position[present[-1]] + 1]):
+        if commit in expected:
+            version, task, attested_tree = expected[commit]
+            if tree != attested_tree:
+                _finding(result, "branch", version, "tree_mismatch",
+                         f"commit {commit} of {task} has tree {tree}, the attestation says {attested_tree}")
+            continue
+        if any(to is not None and start < index <= to for start, to in adopted):
+            continue
+        _finding(result, "branch", None, "unattested_commit",
+                 f"commit {commit} on the batch branch, before its last attested integration, is not an attested "
+                 f"integration")

@@ -1,0 +1,128 @@
+"""Ed25519 keys in the signed-note text forms (C2SP signed-note, golang.org/x/mod/sumdb/note).
+
+A verifier key is `name+hash+base64(0x01 || public key)`, a signer key
+`PRIVATE+KEY+name+hash+base64(0x01 || seed)`, where hash is the first four bytes of
+sha256(name || "\\n" || 0x01 || public key), as eight hex digits. The same key signs the
+checkpoints (signed notes) and the attestations (DSSE envelopes); verifying needs only the
+verifier key. `cryptography` is imported on first use, so the rest of lanes-es runs without it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+ED25519 = 0x01
+_PRIVATE_PREFIX = "PRIVATE+KEY+"
+
+
+class KeyError_(ValueError):
+    """A key text that cannot be read; the message names what is wrong."""
+
+
+def key_hash(name: str, public: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(name.encode() + b"\n" + bytes([ED25519]) + public).digest()[:4], "big")
+
+
+def _check_name(name: str) -> None:
+    if not name or "+" in name or any(ch.isspace() for ch in name):
+        raise KeyError_(f"key name {name!r} must be non-empty, without '+' or spaces")
+
+
+def _crypto() -> Any:
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ModuleNotFoundError:
+        raise KeyError_("signing needs the `cryptography` package: pip install 'lanes-es[audit]'") from None
+    return ed25519
+
+
+@dataclass(frozen=True)
+class Verifier:
+    name: str
+    public: bytes
+
+    @property
+    def key_id(self) -> int:
+        return key_hash(self.name, self.public)
+
+    def text(self) -> str:
+        return f"{self.name}+{self.key_id:08x}+{base64.b64encode(bytes([ED25519]) + self.public).decode()}"
+
+    def verify(self, message: bytes, signature: bytes) -> bool:
+        ed25519 = _crypto()
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            ed25519.Ed25519PublicKey.from_public_bytes(self.public).verify(signature, message)
+        except InvalidSignature:
+            return False
+        return True
+
+    @classmethod
+    def parse(cls, text: str) -> "Verifier":
+        """A verifier key `name+hash+keydata`; `KeyError_` on any mangling."""
+        parts = text.strip().split("+", 2)
+        if len(parts) != 3:
+            raise KeyError_("a public key reads name+hash+keydata (`lanes-es key show` prints it)")
+        name, hash_text, data = parts
+        _check_name(name)
+        public = _decode_key(data, "public key")
+        if len(hash_text) != 8 or int(hash_text, 16) != key_hash(name, public):
+            raise KeyError_(f"public key {name}: its hash {hash_text} does not match its key")
+        return cls(name, public)
+
+
+@dataclass(frozen=True)
+class Signer:
+    name: str
+    seed: bytes
+
+    @property
+    def verifier(self) -> Verifier:
+        ed25519 = _crypto()
+        from cryptography.hazmat.primitives import serialization
+
+        key = ed25519.Ed25519PrivateKey.from_private_bytes(self.seed).public_key()
+        return Verifier(self.name, key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
+
+    def sign(self, message: bytes) -> bytes:
+        return _crypto().Ed25519PrivateKey.from_private_bytes(self.seed).sign(message)
+
+    def text(self) -> str:
+        key_id = key_hash(self.name, self.verifier.public)
+        return f"{_PRIVATE_PREFIX}{self.name}+{key_id:08x}+{base64.b64encode(bytes([ED25519]) + self.seed).decode()}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Signer":
+        if not text.startswith(_PRIVATE_PREFIX):
+            raise KeyError_("a signing key starts with PRIVATE+KEY+")
+        parts = text.strip()[len(_PRIVATE_PREFIX):].split("+", 2)
+        if len(parts) != 3:
+            raise KeyError_("a signing key reads PRIVATE+KEY+name+hash+keydata")
+        name, hash_text, data = parts
+        _check_name(name)
+        signer = cls(name, _decode_key(data, "signing key"))
+        if len(hash_text) != 8 or int(hash_text, 16) != signer.verifier.key_id:
+            raise KeyError_(f"signing key {name}: its hash {hash_text} does not match its key")
+        return signer
+
+    @classmethod
+    def generate(cls, name: str) -> "Signer":
+        import os
+
+        _check_name(name)
+        return cls(name, os.urandom(32))
+
+
+def _decode_key(data: str, what: str) -> bytes:
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise KeyError_(f"the {what} is not base64") from None
+    if len(raw) != 33 or raw[0] != ED25519:
+        raise KeyError_(f"the {what} is not an Ed25519 key (type 0x01, 32 bytes)")
+    return raw[1:]
