@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from lanes_es.domain import events as ev
 from lanes_es.domain.record import apply_event, prepared_record
 
-from .timeline import TimelineRow, tasks_in_plan_order, timeline
+from .timeline import AnchorMarks, TimelineRow, tasks_in_plan_order, timeline
 
 LABEL_WIDTH = 190
 LANE_HEIGHT = 22
@@ -58,7 +58,8 @@ def _text(value: Any) -> str:
     return escape(str(value), quote=True)
 
 
-def render_audit_html(batch_id: str, events: Sequence[Any]) -> str:
+def render_audit_html(batch_id: str, events: Sequence[Any], anchors: AnchorMarks | None = None) -> str:
+    anchors = anchors or AnchorMarks()
     rows = timeline(events)
     tasks = tasks_in_plan_order(events)
     record, bands = _fold_bands(events)
@@ -72,9 +73,10 @@ def render_audit_html(batch_id: str, events: Sequence[Any]) -> str:
         _swimlanes(rows, tasks, bands),
         '</section>',
         _parks(rows),
-        _integrations(rows),
+        _integrations(rows, anchors),
+        _checkpoints(rows, anchors),
         _children(record),
-        _event_table(rows),
+        _event_table(rows, anchors),
         _SCRIPT,
         "</body></html>\n",
     ]
@@ -273,7 +275,7 @@ def _parks(rows: list[TimelineRow]) -> str:
     return f"<section><h2>Parks</h2><ul class=\"parks\">{items}</ul></section>"
 
 
-def _integrations(rows: list[TimelineRow]) -> str:
+def _integrations(rows: list[TimelineRow], anchors: AnchorMarks) -> str:
     done = [row for row in rows if row.event == "Integrated"]
     if not done:
         return "<section><h2>Integrations</h2><p class=\"hint\">Nothing was integrated.</p></section>"
@@ -281,9 +283,28 @@ def _integrations(rows: list[TimelineRow]) -> str:
         f"<li><a href=\"#v{row.version}\">#{row.version}</a> <span class=\"mono\">{_text(row.at)}</span> "
         f"<b>{_text(row.task_id)}</b> <span class=\"mono\" title=\"{_text(row.facts.get('commit', ''))}\">"
         f"{_text(str(row.facts.get('commit', ''))[:12])}</span>"
-        + (" <span class=\"hint\">(adopted)</span>" if row.facts.get("adopted") else "") + "</li>"
+        + (" <span class=\"hint\">(adopted)</span>" if row.facts.get("adopted") else "")
+        + (f" <span class=\"attested\" title=\"{_text(anchors.attested[row.version])}\">attested</span>"
+           if row.version in anchors.attested else "") + "</li>"
         for row in done)
     return f"<section><h2>Integrations</h2><ol class=\"integrations\">{items}</ol></section>"
+
+
+def _checkpoints(rows: list[TimelineRow], anchors: AnchorMarks) -> str:
+    """The signed checkpoints on the batch's ref (refs/lanes-es/checkpoints/<batch>), oldest first."""
+    if not anchors.checkpoints:
+        return ("<section><h2>Checkpoints</h2><p class=\"hint\">No signed checkpoint on the batch's ref: the end "
+                "of this log is not anchored outside the store.</p></section>")
+    at = {row.version: row.at for row in rows}
+    items = "".join(
+        f"<li><a href=\"#v{size}\">#{size}</a> <span class=\"mono\">{_text(at.get(size, ''))}</span> "
+        f"{size} events, root <span class=\"mono\" title=\"{_text(root)}\">{_text(root[:16])}</span></li>"
+        for size, root in anchors.checkpoints)
+    newest = anchors.checkpoints[-1][0]
+    behind = (f" <span class=\"hint\">The newest covers {newest} of {len(rows)} events.</span>"
+              if newest != len(rows) else "")
+    return (f"<section><h2>Checkpoints</h2><p class=\"hint\">Signed tree heads of this log, kept in git; "
+            f"<code>lanes-es verify</code> checks them.{behind}</p><ol class=\"checkpoints\">{items}</ol></section>")
 
 
 def _children(record: dict[str, Any] | None) -> str:
@@ -301,23 +322,32 @@ def _children(record: dict[str, Any] | None) -> str:
             f"<tbody>{body}</tbody></table></div></section>")
 
 
-def _event_table(rows: list[TimelineRow]) -> str:
-    body = "".join(_event_row(row, previous) for row, previous in zip(rows, [None, *rows]))
+def _event_table(rows: list[TimelineRow], anchors: AnchorMarks) -> str:
+    body = "".join(_event_row(row, previous, anchors) for row, previous in zip(rows, [None, *rows]))
     return ("<section><h2>Events <span class=\"hint\" id=\"shown\"></span></h2><div class=\"scroll\">"
             "<table class=\"grid events\" id=\"events\"><thead><tr><th>#</th><th>at</th><th>event</th><th>task</th>"
             "<th>transition</th><th>facts</th><th>digest</th></tr></thead>"
             f"<tbody>{body}</tbody></table></div></section>")
 
 
-def _event_row(row: TimelineRow, previous: TimelineRow | None) -> str:
+def _event_row(row: TimelineRow, previous: TimelineRow | None, anchors: AnchorMarks) -> str:
     boundary = " class=\"tick-start\"" if previous is None or previous.at != row.at else ""
     transition = (f"<span class=\"tr\" style=\"border-color:{MARKER_COLOURS[row.transition]}\">"
                   f"{_text(row.transition)}</span>") if row.transition else ""
     return (f"<tr id=\"v{row.version}\"{boundary} data-task=\"{_text(row.task_id or '')}\">"
             f"<td class=\"num\">{row.version}</td><td class=\"mono\">{_text(row.at)}</td>"
             f"<td>{_text(row.event)}</td><td class=\"mono\">{_text(row.task_id or '')}</td><td>{transition}</td>"
-            f"<td class=\"facts\">{_text(_facts_text(row.facts))}</td>"
+            f"<td class=\"facts\">{_text(_facts_text(row.facts))}{_anchor_badges(row, anchors)}</td>"
             f"<td class=\"mono\" title=\"{_text(row.digest)}\">{_text(row.digest[:10])}</td></tr>")
+
+
+def _anchor_badges(row: TimelineRow, anchors: AnchorMarks) -> str:
+    badges = ""
+    if row.version in anchors.attested:
+        badges += f" <span class=\"attested\" title=\"{_text(anchors.attested[row.version])}\">attested</span>"
+    for root in anchors.checkpoint_at(row.version):
+        badges += f" <span class=\"checkpointed\" title=\"root {_text(root)}\">checkpoint {row.version}</span>"
+    return badges
 
 
 # ---------------------------------------------------------------- inline style and behaviour
@@ -349,6 +379,8 @@ h1{font-size:19px;margin:0 0 6px}h2{font-size:16px;margin:22px 0 8px}
 .lanes{flex:none}.lanes svg{display:block}
 .lane-even{fill:#ffffff}.lane-odd{fill:#f5f7fa}
 .tick{stroke:#a3adb8;stroke-width:1;stroke-dasharray:3 3}
+.attested,.checkpointed{display:inline-block;font-size:11px;padding:0 5px;border-radius:8px;border:1px solid #3a7d44;color:#3a7d44;margin-left:4px}
+.checkpointed{border-color:#5b4a9e;color:#5b4a9e}
 .time{font-size:11px;fill:#3b4550;font-family:ui-monospace,Menlo,Consolas,monospace}.index{font-size:10px;fill:#8a96a3}
 .sha{font-size:10px;fill:#135a18;font-family:ui-monospace,Menlo,Consolas,monospace;paint-order:stroke;stroke:#fff;stroke-width:3px}
 .mark{cursor:pointer}.mark:hover circle,.mark:hover rect{stroke:#000;stroke-width:1.5}

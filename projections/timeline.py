@@ -67,3 +67,15 @@ def tasks_in_plan_order(events: Iterable[Any]) -> list[str]:
             if name not in tasks:
                 tasks.append(name)
     return tasks
+
+
+class AnchorMarks(msgspec.Struct, frozen=True, kw_only=True):
+    """What lies on the batch's checkpoint ref, for the timeline: each checkpoint's size and root
+    (oldest first), and the attestation of each integration by the version of its Integrated event."""
+
+    checkpoints: list[tuple[int, str]] = []
+    attested: dict[int, str] = {}
+
+    def checkpoint_at(self, version: int) -> list[str]:
+        """The roots of the checkpoints whose tree ends at `version`."""
+        return [root for size, root in self.checkpoints if size == version]

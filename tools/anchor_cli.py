@@ -99,10 +99,10 @@ class AnchorOptions:
         return evidence
 
     def verifier(self, common_dir: Path | None) -> Any:
-        from lanes_es.adapters.signing_key import PUBLIC_KEY_ENV, local_verifier, read_verifier
+        from lanes_es.adapters.signing_key import local_verifier, read_verifier
         from lanes_es.audit.signing import KeyError_
 
-        named = self.public_key or os.environ.get(PUBLIC_KEY_ENV)
+        named = self.public_key or os.environ.get("LANES_ES_PUBLIC_KEY")
         try:
             return read_verifier(named) if named else local_verifier(common_dir)
         except KeyError_ as error:
@@ -245,3 +245,31 @@ def _read_proof(path: Path) -> dict[str, Any]:
     except (ValueError, AttributeError) as error:
         raise ServiceError("invalid_proof", f"{path} is not an inclusion proof of lanes-es: {error}") from None
     return proof
+
+
+# ---------------------------------------------------------------- the timeline's marks
+
+
+def anchor_marks(root: Path | str | None, batch_id: str) -> Any:
+    """The checkpoints and attestations on the batch's ref, for replay and the audit page (shown, not verified:
+    `lanes-es verify` checks them)."""
+    from lanes_es.adapters.anchor_git import checkpoint_history, read_anchor
+    from lanes_es.audit.signed_note import Checkpoint, NoteError
+    from projections.timeline import AnchorMarks
+
+    if root is None:
+        return AnchorMarks()
+    checkpoints = []
+    for note in checkpoint_history(str(root), batch_id):
+        try:
+            checkpoint = Checkpoint.read_unverified(note)
+        except NoteError:
+            continue
+        checkpoints.append((checkpoint.size, checkpoint.root.hex()))
+    _, attestations = read_anchor(str(root), batch_id)
+    attested = {}
+    for path in attestations:
+        number = path.removeprefix("attestations/").split("-", 1)[0]
+        if number.isdigit():
+            attested[int(number)] = path
+    return AnchorMarks(checkpoints=checkpoints, attested=attested)

@@ -25,8 +25,8 @@ from lanes_es.audit.verify import Finding, VerifyReport, verify_batch, verify_ex
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.service import EXIT_INTERNAL, EXIT_OK, ServiceError
 from projections.audit_html import render_audit_html
-from projections.timeline import TimelineRow
-from tools.anchor_cli import AnchorOptions
+from projections.timeline import AnchorMarks, TimelineRow
+from tools.anchor_cli import AnchorOptions, anchor_marks
 
 EXIT_FAILED = EXIT_INTERNAL  # a check that does not hold: 1, as `rebuild --check` reports drift
 
@@ -98,7 +98,8 @@ def _with_store(args: argparse.Namespace, run: Callable[[Any, Path], int]) -> in
 
 
 def _replay(args: argparse.Namespace) -> int:
-    return _with_store(args, lambda store, root: replay_command(store, args.batch_id, args.at, args.json))
+    return _with_store(args, lambda store, root: replay_command(store, args.batch_id, args.at, args.json,
+                                                                 anchors=anchor_marks(root, args.batch_id)))
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -120,7 +121,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    return _with_store(args, lambda store, root: audit_command(store, args.batch_id, Path(args.html)))
+    return _with_store(args, lambda store, root: audit_command(store, args.batch_id, Path(args.html),
+                                                                anchors=anchor_marks(root, args.batch_id)))
 
 
 # ---------------------------------------------------------------- reading a batch
@@ -146,7 +148,7 @@ def load_rows(store: Any, batch_id: str) -> list[Any]:
 
 
 def replay_command(store: Any, batch_id: str, at_version: int | None = None, as_json: bool = False,
-                   out: TextIO | None = None, err: TextIO | None = None) -> int:
+                   out: TextIO | None = None, err: TextIO | None = None, anchors: AnchorMarks | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     events, stored_breaks = load_batch(store, batch_id)
     progress = TerminalProgress(stream=err)
@@ -156,20 +158,28 @@ def replay_command(store: Any, batch_id: str, at_version: int | None = None, as_
         raise ServiceError("invalid_input", str(error)) from None
     finally:
         progress.finish()
+    anchors = anchors or AnchorMarks()
     if as_json:
-        out.write(json.dumps(msgspec.to_builtins(result), indent=2, ensure_ascii=False) + "\n")
+        document = msgspec.to_builtins(result)
+        document["anchors"] = msgspec.to_builtins(anchors)
+        out.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
     else:
-        _print_replay(result, result.failures, at_version is not None, out)
+        _print_replay(result, result.failures, at_version is not None, out, anchors)
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-def _print_replay(result: ReplayResult, failures: list[Any], show_record: bool, out: TextIO) -> None:
+def _print_replay(result: ReplayResult, failures: list[Any], show_record: bool, out: TextIO,
+                  anchors: AnchorMarks) -> None:
     previous_at = None
     for step in result.steps:
         if step.at != previous_at:
             out.write(f"-- tick {step.at}\n")
             previous_at = step.at
         out.write(step_text(step) + "\n")
+        if step.version in anchors.attested:
+            out.write(f"{'':>8}attested: {anchors.attested[step.version]}\n")
+        for root in anchors.checkpoint_at(step.version):
+            out.write(f"-- checkpoint signed: {step.version} events, root {root}\n")
     for failure in failures:
         out.write(f"FAIL {failure.describe()}\n")
     if result.checks_stopped_at is not None:
@@ -293,9 +303,10 @@ def export_command(store: Any, batch_id: str, output: Path | None, out: BinaryIO
     return EXIT_OK
 
 
-def audit_command(store: Any, batch_id: str, html_path: Path, out: TextIO | None = None) -> int:
+def audit_command(store: Any, batch_id: str, html_path: Path, out: TextIO | None = None,
+                  anchors: AnchorMarks | None = None) -> int:
     events, _ = load_batch(store, batch_id)
-    page = render_audit_html(batch_id, events)
+    page = render_audit_html(batch_id, events, anchors)
     html_path.parent.mkdir(parents=True, exist_ok=True)
     html_path.write_text(page, encoding="utf-8")
     (out or sys.stdout).write(f"wrote the audit page of {batch_id} ({len(events)} events) to {html_path}\n")

@@ -51,23 +51,18 @@ class GitAnchor:
 
     # ------------------------------------------------------------ reading
 
-    def read_checkpoint(self, root: str, batch_id: str) -> tuple[str | None, str | None]:
+    def read_checkpoint(self, root: str, batch_id: str, requests: Sequence[tuple[str, str | None]] = ()
+                        ) -> tuple[str | None, str | None, dict[str, tuple[str, bytes | None]]]:
         ref = checkpoint_ref(batch_id)
-        commit, note = cat_file_batch(root, [ref, f"{ref}:{CHECKPOINT_PATH}"])
+        found = cat_file_batch(root, [ref, f"{ref}:{CHECKPOINT_PATH}", *_description_names(requests)])
+        commit, note = found[0], found[1]
+        described = _descriptions(requests, found[2:])
         if commit is None:
-            return None, None
-        return commit[0], note[2].decode("utf-8", "replace") if note else None
+            return None, None, described
+        return commit[0], note[2].decode("utf-8", "replace") if note else None, described
 
     def describe(self, root: str, requests: Sequence[tuple[str, str | None]]) -> dict[str, tuple[str, bytes | None]]:
-        names = []
-        for commit, path in requests:
-            names += [f"{commit}^{{tree}}", f"{commit}:{path}" if path else f"{commit}:"]
-        found = cat_file_batch(root, names)
-        described = {}
-        for index, (commit, path) in enumerate(requests):
-            tree, blob = found[2 * index], found[2 * index + 1]
-            described[commit] = (tree[0] if tree else "", blob[2] if blob and path and blob[1] == "blob" else None)
-        return described
+        return _descriptions(requests, cat_file_batch(root, _description_names(requests)))
 
     # ------------------------------------------------------------ writing
 
@@ -107,6 +102,22 @@ class GitAnchor:
             write_atomic(marker, f"{size}\n".encode(), marker.parent, mode=0o644)
 
 
+def _description_names(requests: Sequence[tuple[str, str | None]]) -> list[str]:
+    names = []
+    for commit, path in requests:
+        names += [f"{commit}^{{tree}}", f"{commit}:{path}" if path else f"{commit}:"]
+    return names
+
+
+def _descriptions(requests: Sequence[tuple[str, str | None]], found: Sequence[tuple[str, str, bytes] | None]
+                  ) -> dict[str, tuple[str, bytes | None]]:
+    described = {}
+    for index, (commit, path) in enumerate(requests):
+        tree, blob = found[2 * index], found[2 * index + 1]
+        described[commit] = (tree[0] if tree else "", blob[2] if blob and path and blob[1] == "blob" else None)
+    return described
+
+
 def _data(content: bytes) -> bytes:
     return f"data {len(content)}\n".encode() + content + b"\n"
 
@@ -140,3 +151,14 @@ def branch_history(root: str, branch: str, base: str) -> tuple[list[tuple[str, s
         return None, f"the batch branch {branch} or its base {base[:12]} is not in {root}"
     pairs = [tuple(line.split(" ", 1)) for line in listed.text.splitlines() if line]
     return [(commit, tree) for commit, tree in reversed(pairs)], None  # type: ignore[misc]
+
+
+def checkpoint_history(root: str, batch_id: str) -> list[str]:
+    """Every checkpoint note the ref ever held, oldest first. Two spawns (none past the first without a ref)."""
+    ref = checkpoint_ref(batch_id)
+    listed = git_ok(root, "log", "--format=%H", ref, "--")
+    if listed.exit_code != 0:
+        return []
+    commits = list(reversed(listed.text.split()))
+    found = cat_file_batch(root, [f"{commit}:{CHECKPOINT_PATH}" for commit in commits])
+    return [item[2].decode("utf-8", "replace") for item in found if item is not None]

@@ -18,14 +18,14 @@ KEY_NAME = "lanes-es"
 
 
 def key_path(common_dir: Path) -> Path:
-    named = os.environ.get(KEY_ENV)
+    named = os.environ.get("LANES_ES_SIGNING_KEY")
     return Path(named) if named else common_dir / "lanes-es" / "signing.key"
 
 
 def load_signer(common_dir: Path, create: bool = True) -> Signer:
     """The signing key; generated (mode 600) on first use unless LANES_ES_SIGNING_KEY names a file."""
     path = key_path(common_dir)
-    if not path.exists() and create and not os.environ.get(KEY_ENV):
+    if not path.exists() and create and not os.environ.get("LANES_ES_SIGNING_KEY"):
         _generate(path)
     try:
         text = path.read_text(encoding="utf-8")

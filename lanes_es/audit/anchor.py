@@ -43,8 +43,10 @@ class AnchorRefused(Exception):
 
 
 class AnchorGit(Protocol):
-    def read_checkpoint(self, root: str, batch_id: str) -> tuple[str | None, str | None]:
-        """The ref's commit and its checkpoint note, (None, None) when the ref does not exist."""
+    def read_checkpoint(self, root: str, batch_id: str, requests: Sequence[tuple[str, str | None]] = ()
+                        ) -> tuple[str | None, str | None, dict[str, tuple[str, bytes | None]]]:
+        """The ref's commit and its checkpoint note ((None, None) without the ref), and `describe(requests)`,
+        in one read."""
 
     def describe(self, root: str, requests: Sequence[tuple[str, str | None]]) -> dict[str, tuple[str, bytes | None]]:
         """For each (commit, path): the commit's tree and the blob at path on it (None when absent)."""
@@ -81,30 +83,38 @@ def log_leaves(rows: Sequence[StoredEvent]) -> list[bytes]:
 
 def anchor_log(git: AnchorGit, root: str, batch_id: str, version: int,
                read_rows: Callable[[], Sequence[StoredEvent]], signer: Callable[[], Signer]) -> AnchorResult | None:
-    """Bring the checkpoint ref of `batch_id` up to the log's `version`; None when it already is."""
-    if version <= 0 or git.anchored_size(batch_id) == version:
+    """Bring the checkpoint ref of `batch_id` up to the log's `version`; None when it already is.
+
+    Two git spawns in the usual case: one read (the ref, its checkpoint, and the tree and
+    intent of each integration newer than the size last anchored) and one write.
+    """
+    remembered = git.anchored_size(batch_id)
+    if version <= 0 or remembered == version:
         return None
-    parent, note = git.read_checkpoint(root, batch_id)
-    key = signer()
-    previous = _previous_checkpoint(note, key, batch_id)
     rows = list(read_rows())
-    if previous is not None and previous.size == len(rows):
-        _check_prefix(log_leaves(rows), previous, batch_id)
-        git.mark_anchored(batch_id, len(rows))
-        return None
     events, breaks = verify_stored(rows)
     if breaks:
         raise AnchorRefused(f"the log of {batch_id} is broken at {breaks[0].describe()}; no checkpoint is signed "
                             f"over it. `lanes-es verify {batch_id}` shows every finding")
+    facts = integration_facts(events)
+    guessed = [fact for fact in facts if fact.version > (remembered or 0)]
+    parent, note, described = git.read_checkpoint(root, batch_id, _requests(guessed))
+    key = signer()
+    previous = _previous_checkpoint(note, key, batch_id)
     leaves = log_leaves(rows)
     if previous is not None:
         _check_prefix(leaves, previous, batch_id)
+        if previous.size == len(rows):  # written before a crash kept this machine from remembering it
+            git.mark_anchored(batch_id, len(rows))
+            return None
     checkpoint = Checkpoint(batch_id, len(leaves), merkle.root_of(leaves))
     files = {CHECKPOINT_PATH: checkpoint.sign(key).encode()}
     previous_size = previous.size if previous else 0
-    facts = integration_facts(events)
     new = [fact for fact in facts if fact.version > previous_size]
-    files.update(_attestations(git, root, new, key))
+    undescribed = [fact for fact in new if fact.commit not in described]
+    if undescribed:  # the size remembered here was ahead of the ref: read what the guess missed
+        described.update(git.describe(root, _requests(undescribed)))
+    files.update(_attestations(new, described, key))
     settled = _settled_state(events[previous_size:])
     if settled is not None:
         summary = summary_statement(batch_id, settled, checkpoint.size, checkpoint.root.hex(), facts)
@@ -113,6 +123,10 @@ def anchor_log(git: AnchorGit, root: str, batch_id: str, version: int,
     git.mark_anchored(batch_id, checkpoint.size)
     return AnchorResult(size=checkpoint.size, previous_size=previous_size, attestations=len(new),
                         summary=settled is not None)
+
+
+def _requests(facts: Sequence[IntegrationFact]) -> list[tuple[str, str | None]]:
+    return [(fact.commit, (fact.intent or {}).get("path")) for fact in facts]
 
 
 def _previous_checkpoint(note: str | None, key: Signer, batch_id: str) -> Checkpoint | None:
@@ -139,10 +153,8 @@ def _check_prefix(leaves: list[bytes], previous: Checkpoint, batch_id: str) -> N
                             f"`lanes-es verify {batch_id}` names the difference")
 
 
-def _attestations(git: AnchorGit, root: str, facts: list[IntegrationFact], key: Signer) -> dict[str, bytes]:
-    if not facts:
-        return {}
-    described = git.describe(root, [(fact.commit, (fact.intent or {}).get("path")) for fact in facts])
+def _attestations(facts: list[IntegrationFact], described: dict[str, tuple[str, bytes | None]],
+                  key: Signer) -> dict[str, bytes]:
     files = {}
     for fact in facts:
         tree, intent = described.get(fact.commit, ("", None))

@@ -13,6 +13,7 @@ import base64
 import binascii
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 ED25519 = 0x01
@@ -81,16 +82,19 @@ class Signer:
     name: str
     seed: bytes
 
-    @property
+    @cached_property
+    def _key(self) -> Any:
+        return _crypto().Ed25519PrivateKey.from_private_bytes(self.seed)
+
+    @cached_property
     def verifier(self) -> Verifier:
-        ed25519 = _crypto()
         from cryptography.hazmat.primitives import serialization
 
-        key = ed25519.Ed25519PrivateKey.from_private_bytes(self.seed).public_key()
-        return Verifier(self.name, key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
+        public = self._key.public_key()
+        return Verifier(self.name, public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
 
     def sign(self, message: bytes) -> bytes:
-        return _crypto().Ed25519PrivateKey.from_private_bytes(self.seed).sign(message)
+        return self._key.sign(message)
 
     def text(self) -> str:
         key_id = key_hash(self.name, self.verifier.public)

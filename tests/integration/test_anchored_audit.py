@@ -224,3 +224,50 @@ def test_a_checkpoint_behind_the_log_is_a_note_and_the_next_tick_completes_it(de
     assert git_out(repo, "show", f"{ref(batch_id)}:checkpoint").splitlines()[1] == newest
     code, out = cli(capsys, repo, "verify", batch_id)
     assert code == 0 and "note: checkpoint behind" not in out, out
+
+
+def test_replay_and_the_audit_page_show_the_checkpoints_and_attestations(demo, tmp_path, capsys):
+    repo, batch_id = demo
+    sizes = [git_out(repo, "show", f"{commit}:checkpoint").splitlines()[1]
+             for commit in git_out(repo, "rev-list", "--reverse", ref(batch_id)).splitlines()]
+    integrated = json.loads((repo / ".imm/state/batches" / f"{batch_id}.json").read_text())["children"]
+    code, out = cli(capsys, repo, "replay", batch_id)
+    assert code == 0, out
+    shown = [line.split()[3] for line in out.splitlines() if line.startswith("-- checkpoint signed: ")]
+    assert shown == sizes
+    assert sum(1 for line in out.splitlines() if line.strip().startswith("attested: attestations/")) == len(integrated)
+    assert cli(capsys, repo, "audit", batch_id, "--html", str(tmp_path / "page.html"))[0] == 0
+    page = (tmp_path / "page.html").read_text()
+    assert "<h2>Checkpoints</h2>" in page
+    assert page.count('class="checkpointed"') == len(sizes)
+    assert page.count('class="attested"') == 2 * len(integrated)  # the integrations list and the event table
+
+
+def test_a_checkpoint_costs_two_spawns_and_a_stale_writer_changes_nothing(demo, tmp_path):
+    from lanes_es.adapters.anchor_git import GitAnchor
+    from lanes_es.adapters.git import STATS
+    from lanes_es.adapters.signing_key import load_signer
+    from lanes_es.audit.anchor import AnchorRefused, anchor_log
+    from tools.compose import build_service
+
+    repo = copy_of(demo, tmp_path)
+    batch_id = demo[1]
+    service = build_service(repo)
+    try:
+        batch = service.store.batch(batch_id)
+        batch.note_drift("2026-01-01T00:00:00.000Z", "an audit-only event, as a tick appends")
+        service.store.save(batch)
+        anchor = GitAnchor(repo / ".git/lanes-es/anchored")
+        stale_parent = git_out(repo, "rev-parse", ref(batch_id))
+        STATS.reset()
+        result = anchor_log(anchor, str(repo), batch_id, batch.version,
+                            lambda: service.store.stored_events(batch_id), lambda: load_signer(repo / ".git"))
+        assert STATS.spawns == 2  # one read, one fast-import
+        assert result is not None and result.size == batch.version and result.attestations == 0
+        moved = git_out(repo, "rev-parse", ref(batch_id))
+        with pytest.raises(AnchorRefused, match="moved"):
+            anchor.write(str(repo), batch_id, stale_parent, {"checkpoint": b"x\n"}, "stale\n")
+        assert git_out(repo, "rev-parse", ref(batch_id)) == moved
+        assert git_out(repo, "status", "--porcelain") == ""  # no working tree or index touched
+    finally:
+        service.store.close()

@@ -219,7 +219,8 @@ def report_base(root: str) -> str:
 
 
 def check_log(root: str) -> None:
-    """The chain holds, every prefix of the log folds to a valid record, and the files equal the rebuild."""
+    """The chain holds, every prefix of the log folds to a valid record, the files equal the rebuild,
+    and the signed checkpoint on the batch's ref covers the whole log with an attestation per integration."""
     from tools.compose import build_service
 
     service = build_service(root)
@@ -231,8 +232,25 @@ def check_log(root: str) -> None:
             record = fold_record(events[:version])
             validate_record(record, batch_id)
         assert drift(root, documents_of(service.store.batch(batch_id))) == []
+        check_anchor_holds(root, batch_id, service.store.stored_events(batch_id), events)
     finally:
         service.store.close()
+
+
+def check_anchor_holds(root: str, batch_id: str, rows: list[Any], events: list[Any]) -> None:
+    from lanes_es.adapters.anchor_git import branch_history, read_anchor
+    from lanes_es.adapters.signing_key import local_verifier
+    from lanes_es.audit.anchored import AnchorEvidence, check_anchor
+    from tools.compose import locate_repository
+
+    note, attestations = read_anchor(root, batch_id)
+    assert note is not None, "no checkpoint was written"
+    history, _ = branch_history(root, events[0].branch, events[0].base_head)
+    evidence = AnchorEvidence(source="ref", note=note, verifier=local_verifier(locate_repository(root).common_dir),
+                              attestations=attestations, branch_history=history)
+    checked = check_anchor(batch_id, rows, events, evidence)
+    assert (checked.findings, checked.notes) == ([], []), (checked.findings, checked.notes)
+    assert len(attestations) == len([e for e in events if type(e).__name__ == "Integrated"])
 
 
 @pytest.fixture(scope="module")
