@@ -64,9 +64,9 @@ def test_stats_file_gets_one_line_per_tick(tmp_path, monkeypatch, capsys):
     lines = stats.read_text().splitlines()
     assert len(lines) == 1
     line = json.loads(lines[0])
-    assert set(line) == {"git_spawns", "git_seconds", "store_seconds", "kernel_seconds", "total_seconds",
-                         "events_appended"}
-    assert line["git_spawns"] > 0 and line["events_appended"] == 2
+    assert set(line) == {"git_spawns", "git_seconds", "store_seconds", "kernel_seconds", "anchor_seconds",
+                         "total_seconds", "events_appended"}
+    assert line["git_spawns"] > 0 and line["events_appended"] == 2 and line["anchor_seconds"] > 0
 
 
 def test_parser_builds_without_optional_modules_missing():
