@@ -66,15 +66,11 @@ class Verifier:
     @classmethod
     def parse(cls, text: str) -> "Verifier":
         """A verifier key `name+hash+keydata`; `KeyError_` on any mangling."""
-        parts = text.strip().split("+", 2)
-        if len(parts) != 3:
-            raise KeyError_("a public key reads name+hash+keydata (`lanes-es key show` prints it)")
-        name, hash_text, data = parts
-        _check_name(name)
-        public = _decode_key(data, "public key")
-        if len(hash_text) != 8 or int(hash_text, 16) != key_hash(name, public):
-            raise KeyError_(f"public key {name}: its hash {hash_text} does not match its key")
-        return cls(name, public)
+        name, hash_text, public = _key_parts(text.strip(), "public key", "name+hash+keydata (`lanes-es key show` "
+                                                                         "prints it)")
+        verifier = cls(name, public)
+        _check_hash(verifier, hash_text, "public key")
+        return verifier
 
 
 @dataclass(frozen=True)
@@ -104,14 +100,10 @@ class Signer:
     def parse(cls, text: str) -> "Signer":
         if not text.startswith(_PRIVATE_PREFIX):
             raise KeyError_("a signing key starts with PRIVATE+KEY+")
-        parts = text.strip()[len(_PRIVATE_PREFIX):].split("+", 2)
-        if len(parts) != 3:
-            raise KeyError_("a signing key reads PRIVATE+KEY+name+hash+keydata")
-        name, hash_text, data = parts
-        _check_name(name)
-        signer = cls(name, _decode_key(data, "signing key"))
-        if len(hash_text) != 8 or int(hash_text, 16) != signer.verifier.key_id:
-            raise KeyError_(f"signing key {name}: its hash {hash_text} does not match its key")
+        name, hash_text, seed = _key_parts(text.strip()[len(_PRIVATE_PREFIX):], "signing key",
+                                           "PRIVATE+KEY+name+hash+keydata")
+        signer = cls(name, seed)
+        _check_hash(signer.verifier, hash_text, "signing key")
         return signer
 
     @classmethod
@@ -120,6 +112,22 @@ class Signer:
 
         _check_name(name)
         return cls(name, os.urandom(32))
+
+
+def _key_parts(text: str, what: str, form: str) -> tuple[str, str, bytes]:
+    """name, hash text and key bytes of `name+hash+base64(0x01 || key)`."""
+    parts = text.split("+", 2)
+    if len(parts) != 3:
+        raise KeyError_(f"a {what} reads {form}")
+    name, hash_text, data = parts
+    _check_name(name)
+    return name, hash_text, _decode_key(data, what)
+
+
+def _check_hash(verifier: Verifier, hash_text: str, what: str) -> None:
+    if len(hash_text) != 8 or any(ch not in "0123456789abcdef" for ch in hash_text) \
+            or int(hash_text, 16) != verifier.key_id:
+        raise KeyError_(f"{what} {verifier.name}: its hash {hash_text} does not match its key")
 
 
 def _decode_key(data: str, what: str) -> bytes:
