@@ -28,17 +28,21 @@ class LiveProgress:
         self.board: Board | None = None
         self.live = Live(console=self.console, get_renderable=self.render, refresh_per_second=REFRESHES_PER_SECOND,
                          transient=False, redirect_stdout=False, redirect_stderr=False)
-        self.live.start()
+        self.started_live = False  # the board starts with the first tick, after the confirmation's question
 
     def tell(self, item: dict[str, Any]) -> None:
         if item["kind"] == "event":
-            self.live.refresh()  # the board shows it: the Lane's last event, or the round's news
+            if self.started_live:
+                self.live.refresh()  # the board shows it: the Lane's last event, or the round's news
             return
         for line in lines_of(item):
-            self.console.print(Text(line))  # above the board
+            self.console.print(Text(line), soft_wrap=True)  # above the board, a long path never cut in two
 
     def show(self, board: Board) -> None:
         self.board = board
+        if not self.started_live:
+            self.started_live = True
+            self.live.start()
         self.live.refresh()
 
     def close(self) -> None:
