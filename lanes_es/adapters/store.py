@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
+import socket
+import time
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import parse_qs, unquote, urlparse
 
 import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import Mapper, RecordConflictError, StoredEvent, Transcoder
+from eventsourcing.persistence import Mapper, OperationalError, RecordConflictError, StoredEvent, Transcoder
+from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteDatastore, SQLiteFactory
 from eventsourcing.utils import get_topic, resolve_topic
 
 from lanes_es.domain import events as ev
@@ -38,6 +43,36 @@ class StoreError(RuntimeError):
 
 class StoreConflict(StoreError):
     """Another writer saved this batch first: the tick wrote nothing else."""
+
+
+class BatchLockHeld(StoreConflict):
+    """Another tick holds the batch lock: nothing was read for writing, nothing was written.
+
+    `holder` names who holds it where the backend can tell (pid, host, since), else is None.
+    """
+
+    def __init__(self, name: str, holder: dict[str, Any] | None) -> None:
+        self.name = name
+        self.holder = holder
+        super().__init__(f"the batch lock of {name} is held by {describe_holder(holder)}")
+
+
+class StoreBusy(StoreError):
+    """SQLite stayed locked by other writers longer than the busy timeout; nothing was written."""
+
+
+def describe_holder(holder: dict[str, Any] | None) -> str:
+    """`pid 123 on host h (since T)` for a lock holder, as far as it is known."""
+    if not holder:
+        return "another tick (its pid and host are not known)"
+    where = f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}"
+    return f"{where} since {holder['since']}" if holder.get("since") else where
+
+
+def this_holder() -> dict[str, Any]:
+    """Who this process is, recorded with a lock it takes so a refused tick can name it."""
+    return {"pid": os.getpid(), "host": socket.gethostname(),
+            "since": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")}
 
 
 class NullTranscoder(Transcoder):
@@ -78,6 +113,39 @@ class StructMapper(Mapper[str]):
         return msgspec.convert(fields, type=cls)
 
 
+# SQLite waits this long for another process's write to end before it reports busy.
+SQLITE_BUSY_SECONDS = 15
+
+
+class DurableSQLitePool(SQLiteConnectionPool):
+    """WAL (eventsourcing's default for files) with `synchronous=FULL`: an appended event is on disk
+    when the append returns, so a power cut cannot take back a step the audit log already showed."""
+
+    def _create_connection(self) -> SQLiteConnection:
+        connection = super()._create_connection()
+        if not self.is_sqlite_memory_mode:
+            connection.cursor().execute("PRAGMA synchronous=FULL")
+        return connection
+
+
+class DurableSQLiteDatastore(SQLiteDatastore):
+    def __init__(self, db_name: str, **options: Any) -> None:
+        super().__init__(db_name, **options)
+        self.pool = DurableSQLitePool(db_name=db_name, lock_timeout=options.get("lock_timeout"))
+
+
+class DurableSQLiteFactory(SQLiteFactory):
+    """eventsourcing's SQLite persistence with the durable pool above."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        old = self.datastore
+        self.datastore = DurableSQLiteDatastore(old.pool.db_name, lock_timeout=old.pool.lock_timeout,
+                                                single_row_tracking=old.single_row_tracking,
+                                                originator_id_type=old.originator_id_type)
+        old.pool.close()
+
+
 def store_env(url: str) -> dict[str, str]:
     """eventsourcing's environment for a store URL."""
     env = {
@@ -98,6 +166,9 @@ def store_env(url: str) -> dict[str, str]:
             "POSTGRES_USER": unquote(parsed.username or "postgres"),
             "POSTGRES_PASSWORD": unquote(parsed.password or ""),
             "POSTGRES_SCHEMA": parse_qs(parsed.query).get("schema", ["public"])[0],
+            # One command needs one connection at a time; many coordinators share the server's limit.
+            "POSTGRES_POOL_SIZE": "1",
+            "POSTGRES_MAX_OVERFLOW": "2",
         })
         return env
     if parsed.scheme == "sqlite":
@@ -107,7 +178,8 @@ def store_env(url: str) -> dict[str, str]:
     else:
         raise StoreError(f"unknown store URL {url!r}: use a SQLite path, sqlite:///PATH, postgresql://... or memory:")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    env.update({"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": path})
+    env.update({"PERSISTENCE_MODULE": get_topic(DurableSQLiteFactory), "SQLITE_DBNAME": path,
+                "SQLITE_LOCK_TIMEOUT": str(SQLITE_BUSY_SECONDS)})
     return env
 
 
@@ -140,6 +212,11 @@ class EventStore:
             self.app.save(*aggregates)
         except RecordConflictError as error:
             raise StoreConflict(f"the store changed under this tick ({error}); nothing more was written") from error
+        except OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            raise StoreBusy(f"the store {self.url} stayed locked by other writers for {SQLITE_BUSY_SECONDS} s "
+                            f"({error}); nothing was written, run the command again") from error
         return count
 
     def batch(self, batch_id: str, version: int | None = None) -> LaneBatch | None:
@@ -188,15 +265,17 @@ class EventStore:
     # ------------------------------------------------------------ the batch lock
 
     @contextmanager
-    def batch_lock(self, name: str) -> Iterator[None]:
+    def batch_lock(self, name: str, wait: float = 0.0) -> Iterator[None]:
         """Upstream's batch lock: one tick at a time per batch (or per Initiative before a batch exists).
 
         On PostgreSQL, a session advisory lock in the database, so that coordinators on several
         machines sharing the store exclude each other; otherwise an exclusive lock on a file
-        beside the SQLite store. The store's optimistic concurrency is the second fence.
+        beside the SQLite store, which records its holder. A held lock is waited for up to `wait`
+        seconds, then refused with `BatchLockHeld` naming the holder. The store's optimistic
+        concurrency (an append carries its expected version) is the second fence.
         """
-        if urlparse(self.url).scheme in ("postgresql", "postgres"):
-            with self._database_lock(name):
+        if is_postgres_url(self.url):
+            with self._database_lock(name, wait):
                 yield
             return
         if self.lock_dir is None:
@@ -205,32 +284,94 @@ class EventStore:
         self.lock_dir.mkdir(parents=True, exist_ok=True)
         path = self.lock_dir / f"{name.replace('/', '_').replace(':', '_')}.lock"
         with open(path, "a+") as handle:
+            _poll(lambda: _try_flock(handle), wait, lambda: BatchLockHeld(name, _read_holder(path)))
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise StoreConflict(f"the batch lock {path} is held by another tick; retry when it ends") from None
-            try:
+                handle.seek(0)
+                handle.truncate()
+                handle.write(json.dumps(this_holder()))
+                handle.flush()
                 yield
             finally:
+                handle.truncate(0)
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     @contextmanager
-    def _database_lock(self, name: str) -> Iterator[None]:
+    def _database_lock(self, name: str, wait: float) -> Iterator[None]:
         import psycopg
 
         env = store_env(self.url)
-        key = int.from_bytes(hashlib.sha256(f"lanes-es:{name}".encode()).digest()[:8], "big", signed=True)
+        # The key names the database and schema too: two stores on one server never share a lock.
+        scope = f"lanes-es:{env['POSTGRES_DBNAME']}:{env['POSTGRES_SCHEMA']}:{name}"
+        key = int.from_bytes(hashlib.sha256(scope.encode()).digest()[:8], "big", signed=True)
+        me = this_holder()
         with psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
                              password=env["POSTGRES_PASSWORD"] or None, dbname=env["POSTGRES_DBNAME"],
-                             autocommit=True) as connection:
-            held = connection.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
-            if not held:
-                raise StoreConflict(f"the batch lock of {name} is held by another tick (a PostgreSQL advisory "
-                                    f"lock); retry when it ends")
+                             application_name=_application_name(me), autocommit=True) as connection:
+            _poll(lambda: connection.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0], wait,
+                  lambda: BatchLockHeld(name, _advisory_holder(connection, key)))
             try:
                 yield
             finally:
                 connection.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def is_postgres_url(url: str) -> bool:
+    return urlparse(url).scheme in ("postgresql", "postgres")
+
+
+def _poll(try_once: Any, wait: float, refusal: Any) -> None:
+    """Take a lock now, or within `wait` seconds, or raise the refusal."""
+    deadline = time.monotonic() + max(wait, 0.0)
+    pause = 0.02
+    while not try_once():
+        if time.monotonic() >= deadline:
+            raise refusal()
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
+        pause = min(pause * 2, 0.25)
+
+
+def _try_flock(handle: Any) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _read_holder(path: Path) -> dict[str, Any] | None:
+    """The holder a lock file records; None while the holder is between taking the lock and writing it."""
+    for _ in range(3):
+        try:
+            holder = json.loads(path.read_text(encoding="utf-8") or "null")
+        except (OSError, ValueError):
+            holder = None
+        if holder:
+            return holder
+        time.sleep(0.01)
+    return None
+
+
+def _application_name(holder: dict[str, Any]) -> str:
+    """pg_stat_activity shows the server's backend pid and the client address; the name carries ours."""
+    return f"lanes-es pid={holder['pid']} host={holder['host']} since={holder['since']}"[:63]
+
+
+def _advisory_holder(connection: Any, key: int) -> dict[str, Any] | None:
+    """Who holds an advisory lock, from pg_locks and pg_stat_activity."""
+    row = connection.execute(
+        "SELECT a.application_name, a.pid, host(a.client_addr), a.backend_start FROM pg_locks l "
+        "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "AND l.classid = %s AND l.objid = %s AND l.objsubid = 1",
+        ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF)).fetchone()
+    if row is None:
+        return None
+    name, backend_pid, address, started = row
+    fields = dict(part.split("=", 1) for part in (name or "").split()[1:] if "=" in part)
+    if (name or "").startswith("lanes-es ") and "pid" in fields:
+        return {"pid": int(fields["pid"]), "host": fields.get("host", "?"), "since": fields.get("since")}
+    return {"pid": backend_pid, "host": address or "local socket", "since": started.isoformat() if started else None,
+            "server_pid": True}
 
 
 def default_store_url(git_common_dir: Path) -> str:

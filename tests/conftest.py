@@ -1,0 +1,60 @@
+"""Fixtures for the whole suite: the event store a test runs on, on both backends."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+# The machine's PostgreSQL (user postgres, trust auth); .ci/run starts it when it is stopped.
+POSTGRES_SERVER = os.environ.get("LANES_ES_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+STORE_BACKENDS = ("sqlite", "postgresql")
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The event store URL this test runs on: the test runs once on SQLite, once on PostgreSQL.
+
+    - sqlite: a fresh file of its own (the embedded default's durability settings);
+    - postgresql: a fresh schema of its own in the `test` database of the machine's server,
+      dropped with everything in it after the test (tests run in parallel workers and share
+      the server, so nothing is shared between tests).
+
+    It also sets `LANES_ES_STORE` to that URL, so everything the test starts finds the store
+    without passing it: `build_service`/`Engine.create`, `tools.cli.main`, the MCP server and
+    `lanes-es` subprocesses. Use it by asking for it, or for a whole module that goes through
+    the service: `pytestmark = pytest.mark.usefixtures("store_url")`. Test ids gain
+    `[sqlite]` / `[postgresql]`; `-k sqlite` runs one backend only.
+    """
+    if request.param == "sqlite":
+        url = str(Path(tmp_path_factory.mktemp("store")) / "events.sqlite")
+        monkeypatch.setenv("LANES_ES_STORE", url)
+        yield url
+        return
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    _postgres(f"CREATE SCHEMA {schema}")
+    url = f"{POSTGRES_SERVER}?schema={schema}"
+    monkeypatch.setenv("LANES_ES_STORE", url)
+    try:
+        yield url
+    finally:
+        _postgres(f"DROP SCHEMA {schema} CASCADE")
+
+
+def _postgres(statement: str) -> None:
+    import psycopg
+
+    from lanes_es.adapters.store import store_env
+
+    env = store_env(POSTGRES_SERVER)
+    try:
+        with psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
+                             dbname=env["POSTGRES_DBNAME"], autocommit=True, connect_timeout=10) as connection:
+            connection.execute(statement)
+    except psycopg.OperationalError as error:
+        pytest.fail(f"the PostgreSQL store tests need the server at {POSTGRES_SERVER} ({error}); "
+                    f"start it (bash .ci/run does) or set LANES_ES_TEST_POSTGRES")
