@@ -231,7 +231,8 @@ class LanesService:
                     budget=confirmation.budget, max_parallel=confirmation.max_parallel,
                     children=confirmation.children, confirmation_ref=ref,
                     final_verification=confirmation.final_verification,
-                    delegate_revisions=confirmation.delegate_revisions, resumes=confirmation.resumes)
+                    delegate_revisions=confirmation.delegate_revisions, resumes=confirmation.resumes,
+                    repository=self.root)
             except TransitionRefused as error:
                 raise ServiceError("confirmation_failed", str(error)) from None
             self.store.save(initiative)

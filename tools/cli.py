@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(commands)
     _add_rebuild(commands)
     _add_retire(commands)
-    for module in ("tools.task_cli", "tools.audit_cli", "tools.anchor_cli", "tools.demo", "tools.bench", "tools.autopilot", "tools.mcp_server"):
+    for module in ("tools.task_cli", "tools.audit_cli", "tools.anchor_cli", "tools.batches_cli", "tools.demo",
+                   "tools.bench", "tools.autopilot", "tools.mcp_server"):
         _register_optional(module, commands)
     return parser
 
@@ -354,7 +355,8 @@ def _add_rebuild(commands: Any) -> None:
         description="Recompute every projection of a batch from its event log. With --check nothing is written and "
                     "the exit code is 1 on any byte of drift.")
     command.add_argument("batch_id", metavar="BATCH_ID", nargs="?")
-    command.add_argument("--all", action="store_true", help="every batch in the store")
+    command.add_argument("--all", action="store_true", help="every batch in the store, and the read model of "
+                         "`lanes-es batches` (a progress bar on a terminal); exit 1 when anything had drifted")
     command.add_argument("--check", action="store_true", help="write nothing; exit 1 on drift")
     command.add_argument("--from-export", default=None, metavar="FILE", help="rebuild from an exported log")
     command.set_defaults(func=_rebuild)
@@ -374,8 +376,10 @@ def _rebuild(args: argparse.Namespace) -> int:
         return 0
     service = service_of(args)
     if args.all:
-        batch_ids = service.store.batch_ids()
-    elif args.batch_id:
+        from tools.batches_cli import rebuild_all
+
+        return rebuild_all(service, check=args.check)
+    if args.batch_id:
         batch_ids = [args.batch_id]
     else:
         raise ServiceError("invalid_input", "name a BATCH_ID or pass --all")

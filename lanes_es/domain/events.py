@@ -394,7 +394,13 @@ class InitiativeRegistered(CreatedEvent, frozen=True, kw_only=True):
 
 
 class BatchAuthorized(Event, frozen=True, kw_only=True):
-    """A literal-user confirmation: the plan, its binding and the lane-mode facts it covers."""
+    """A literal-user confirmation: the plan, its binding and the lane-mode facts it covers.
+
+    v2 adds `repository`, the coordinator checkout the confirmation was given in, so that a
+    store shared by several repositories can say where each batch runs (None before v2).
+    """
+
+    class_version = 2
 
     batch_id: str
     plan_digest: str
@@ -409,6 +415,11 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
     final_verification: list[str] | None = None
     delegate_revisions: bool = False
     resumes: bool = False
+    repository: str | None = None
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["repository"] = None
 
 
 class BatchRetired(Event, frozen=True, kw_only=True):

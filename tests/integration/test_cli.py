@@ -10,7 +10,7 @@ from tests.engine import Engine, Task
 from tools.cli import build_parser, main
 
 COMMANDS = ["plan", "authorize", "tick", "status", "rebuild", "retire", "task", "replay", "verify", "export",
-            "audit", "demo", "bench", "run", "mcp"]
+            "audit", "demo", "bench", "run", "mcp", "batches"]
 
 
 def test_top_level_help_lists_every_command(capsys):

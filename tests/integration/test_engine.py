@@ -180,8 +180,9 @@ def test_state_file_rebuilds_byte_for_byte_and_edits_are_reported(tmp_path, caps
     assert main(["--root", engine.root, "rebuild", batch_id, "--check"]) == 1
     assert "differs from the log" in capsys.readouterr().out
     assert engine.state_file().read_bytes() == edited  # --check writes nothing
-    assert main(["--root", engine.root, "rebuild", "--all"]) == 0
+    assert main(["--root", engine.root, "rebuild", "--all"]) == 1  # the drift found, and repaired
     assert engine.state_file().read_bytes() == original
+    assert main(["--root", engine.root, "rebuild", "--all"]) == 0
 
 
 def test_the_demo_completes_with_one_commit_per_task_and_no_drift(tmp_path, capsys):

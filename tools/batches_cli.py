@@ -1,0 +1,124 @@
+"""`lanes-es batches` (the read model: every batch of every repository sharing the store) and
+`lanes-es rebuild --all` (every batch's projections and the read model, with a progress bar).
+
+The progress bar is rich's (`rich.progress`): drawn on stderr only when it is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+from lanes_es.service import ServiceError
+
+EXIT_DRIFT = 1
+
+
+def register(commands: Any) -> None:
+    command = commands.add_parser(
+        "batches", help="list every batch in the store: repository, state, children by status",
+        description="The read model: one line per batch of every repository sharing the store (id, Initiative, "
+                    "repository, state, children by status, last event time), kept by following the store's "
+                    "notification log. It catches up with the log before it answers.")
+    command.add_argument("--state", default=None, metavar="S", help="only batches in this state (running, "
+                         "needs_human, completed, authorized, ...)")
+    command.add_argument("--repo", default=None, metavar="R",
+                         help="only batches of this repository (its path, or the last part of it)")
+    command.add_argument("--json", action="store_true", help="print the lines as JSON")
+    command.set_defaults(func=_batches)
+
+
+def _read_model(store: Any) -> Any:
+    from lanes_es.adapters.read_model import ReadModel
+
+    if store.url == "memory:":
+        raise ServiceError("invalid_input", "a memory: store keeps no read model; use a SQLite path or "
+                                            "postgresql://... with --store")
+    return ReadModel(store)
+
+
+def _batches(args: argparse.Namespace) -> int:
+    from tools.cli import service_of
+
+    service = service_of(args)
+    try:
+        lines = _read_model(service.store).summaries(state=args.state, repository=args.repo)
+    finally:
+        service.store.close()
+    if args.json:
+        print(json.dumps([line.as_json() for line in lines], indent=2))
+        return 0
+    if not lines:
+        print("no batch" + (" matches" if args.state or args.repo else " in this store yet") +
+              "; `lanes-es authorize SLUG` starts one")
+        return 0
+    for line in lines:
+        children = ", ".join(f"{count} {state}" for state, count in line.children_by_status().items())
+        print(f"{line.batch_id}  {line.batch_state:<14} {line.last_event_at}  {line.repository or '-'}  "
+              f"[{children}]")
+    return 0
+
+
+# ---------------------------------------------------------------- rebuild --all
+
+
+@contextmanager
+def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on stderr, shown only on a terminal; yields `update(done, total)`."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update
+
+
+def rebuild_all(service: Any, check: bool, out: Any = None) -> int:
+    """Every batch's projections and the read model against the log; exit 1 when anything drifted."""
+    out = out or sys.stdout
+    batch_ids = service.store.batch_ids()
+    drifted = False
+    with progress_bar("projections") as update:
+        for done, batch_id in enumerate(batch_ids, start=1):
+            items = service.rebuild([batch_id], check=check)[batch_id]
+            drifted = drifted or bool(items)
+            if check:
+                out.write(f"{batch_id}: " + ("; ".join(items) if items else "no drift") + "\n")
+            else:
+                out.write(f"{batch_id}: " + (f"rewrote {', '.join(items)}" if items else "already matches the log")
+                          + "\n")
+            update(done, len(batch_ids))
+    if service.store.url != "memory:":
+        drifted = _read_model_drift(service.store, check, out) or drifted
+    return EXIT_DRIFT if drifted else 0
+
+
+def _read_model_drift(store: Any, check: bool, out: Any) -> bool:
+    from lanes_es.adapters.read_model import fold_from_scratch
+
+    model = _read_model(store)
+    model.catch_up()
+    with progress_bar("read model") as update:
+        expected = fold_from_scratch(store, progress=update)
+    actual = {line.batch_id: line for line in model.lines()}
+    differing = sorted(batch_id for batch_id in expected.keys() | actual.keys()
+                       if expected.get(batch_id) != actual.get(batch_id))
+    if not check:
+        with progress_bar("read model") as update:
+            model.rebuild(progress=update)
+    if differing:
+        verb = "differs from" if check else "differed from (rebuilt)"
+        out.write(f"read model: {len(differing)} line(s) {verb} the log: {', '.join(differing[:10])}"
+                  + (" ..." if len(differing) > 10 else "") + "\n")
+    else:
+        out.write(f"read model: {len(expected)} batch line(s), no drift\n")
+    return bool(differing)
