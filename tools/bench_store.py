@@ -8,6 +8,9 @@ for the run and dropped after):
 - reads of one batch of `--events` events: the raw floor (the rows read with the
   driver and decoded with msgspec, nothing else), `rebuild --check`, `replay` and
   `verify`, in events per second;
+- the soak (`tools/soak.py`): `--soak-repos` repositories of `--soak-batches` batches, ticked at
+  random by `--soak-processes` processes for `--soak-rounds` rounds each; then nothing lost,
+  no duplicate commit, every batch verifies, the read model matches a rebuild from scratch;
 - the peak memory (Python allocations, tracemalloc) of a rebuild and of `replay --json`
   of one batch of `--memory-events` events.
 
@@ -39,6 +42,11 @@ def register(commands: Any) -> None:
                          help="events each append run writes in all (default 4000)")
     command.add_argument("--memory-events", type=int, default=100_000,
                          help="events in the batch whose rebuild memory is measured (default 100000; 0 skips)")
+    command.add_argument("--soak-rounds", type=int, default=30,
+                         help="rounds each soak process plays (default 30; 0 skips the soak)")
+    command.add_argument("--soak-repos", type=int, default=5, help="soak repositories (default 5)")
+    command.add_argument("--soak-batches", type=int, default=10, help="soak batches per repository (default 10)")
+    command.add_argument("--soak-processes", type=int, default=4, help="soak processes (default 4)")
     command.add_argument("--backend", action="append", choices=["sqlite", "postgresql"], default=None,
                          help="measure only this backend (repeatable; default both)")
     command.add_argument("--json", action="store_true")
@@ -193,6 +201,20 @@ def _peak_mb(work: Callable[[], Any]) -> float:
         tracemalloc.stop()
 
 
+def measure_soak(args: argparse.Namespace, url: str, workdir: Path) -> dict[str, Any]:
+    from tools.soak import run_soak
+
+    _say("soak")
+    result = run_soak(url, workdir, repos=args.soak_repos, batches=args.soak_batches, processes=args.soak_processes,
+                      rounds=args.soak_rounds)
+    for finding in result.findings:
+        _say(f"soak finding: {finding}")
+    return {"soak_seconds": round(result.seconds, 1), "soak_ticks": result.ticks, "soak_busy": result.busy,
+            "soak_batches": len(result.batches),
+            "soak_completed": sum(1 for state in result.batches.values() if state == "completed"),
+            "soak_findings": len(result.findings)}
+
+
 def measure_backend(name: str, events: int, append_events: int, memory_events: int, workdir: Path) -> dict[str, Any]:
     from tools.bench_logs import write_batch
 
@@ -247,6 +269,12 @@ LABELS = [
     ("rebuild_peak_mb_at_events", "rebuild peak MB (--events)"),
     ("rebuild_peak_mb", "rebuild peak MB (--memory-events)"),
     ("replay_json_peak_mb", "replay --json peak MB (--memory-events)"),
+    ("soak_seconds", "soak: seconds"),
+    ("soak_ticks", "soak: ticks applied"),
+    ("soak_busy", "soak: ticks that found the lock held"),
+    ("soak_batches", "soak: batches"),
+    ("soak_completed", "soak: batches completed"),
+    ("soak_findings", "soak: findings (must be 0)"),
 ]
 
 
@@ -256,11 +284,16 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="lanes-es-bench-store-") as directory:
         for name in backends:
             rows.append(measure_backend(name, args.events, args.append_events, args.memory_events, Path(directory)))
+            if args.soak_rounds:
+                with Backend(name, Path(directory) / f"soak-{name}") as backend:
+                    (Path(directory) / f"soak-{name}").mkdir(parents=True, exist_ok=True)
+                    rows[-1].update(measure_soak(args, backend.url(), Path(directory) / f"soak-{name}"))
+    failed = any(row.get("soak_findings") for row in rows)
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
+        return 1 if failed else 0
     print(f"{'':42}" + "".join(f"{row['backend']:>14}" for row in rows))
     for key, label in LABELS:
         if any(key in row for row in rows):
             print(f"{label:42}" + "".join(f"{row.get(key, '-'):>14}" for row in rows))
-    return 0
+    return 1 if failed else 0
