@@ -374,10 +374,21 @@ class LanesService:
             return batch.report or lane_report(batch.record, RETIRE_REASON, RETIRE_NEXT_ACTION)
 
     def rebuild(self, batch_ids: list[str], *, check: bool) -> dict[str, list[str]]:
-        """Recompute every projection from the log; with `check`, write nothing and return the drift."""
+        """Recompute every projection from the log; with `check`, write nothing and return the drift.
+
+        The log is folded as it is read, a page of rows at a time, so memory stays flat however long it is.
+        """
+        from lanes_es.adapters.log_reader import stream_events
+        from projections.batch import fold_documents
+
         found: dict[str, list[str]] = {}
         for batch_id in batch_ids:
-            documents = documents_of(self.batch(batch_id))
+            if not is_valid_id(batch_id):
+                raise ServiceError("invalid_batch_id", f"{batch_id!r} is not a batch id")
+            documents = fold_documents(stream_events(self.store, batch_id))
+            if documents is None:
+                raise ServiceError("batch_not_found", f"no batch {batch_id} in the store {self.store.url}; "
+                                                      f"`lanes-es status` lists the Initiative's batches")
             if check:
                 found[batch_id] = [item.describe() for item in drift(self.root, documents)]
             else:

@@ -162,7 +162,8 @@ def replay_command(store: Any, batch_id: str, at_version: int | None = None, as_
     if as_json:
         document = msgspec.to_builtins(result)
         document["anchors"] = msgspec.to_builtins(anchors)
-        out.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+        # msgspec writes the same bytes as json.dumps(indent=2, ensure_ascii=False), several times faster
+        out.write(msgspec.json.format(msgspec.json.encode(document), indent=2).decode() + "\n")
     else:
         _print_replay(result, result.failures, at_version is not None, out, anchors)
     return EXIT_OK if result.ok else EXIT_FAILED

@@ -43,7 +43,8 @@ def _intent(task_id: str) -> str:
         "scope_hint": [f"src/{task_id}.txt"], "risk": "routine", "revision": 1, "owner": "user"}, indent=2) + "\n"
 
 
-def _repository(root: Path, count: int) -> str:
+def make_repository(root: Path, initiatives: dict[str, list[str]]) -> str:
+    """A repository whose Initiatives each run their tasks in slices of one (intents that always pass)."""
     root.mkdir(parents=True)
     git(str(root), "init", "-q", "-b", "main")
     git(str(root), "config", "user.name", "Bench")
@@ -51,15 +52,19 @@ def _repository(root: Path, count: int) -> str:
     (root / ".gitignore").write_text(".imm/state/\n")
     (root / "docs" / "initiatives").mkdir(parents=True)
     (root / "docs" / "plans").mkdir(parents=True)
-    lines = ["# Bench", ""]
-    for index in range(count):
-        task_id = f"task-{index:03d}"
-        lines += [f"## S{index}: {task_id}", "", "Tasks:", f"- {task_id}", ""]
-        (root / "docs" / "plans" / f"{task_id}.intent.json").write_text(_intent(task_id))
-    (root / "docs" / "initiatives" / "bench.md").write_text("\n".join(lines))
+    for slug, tasks in initiatives.items():
+        lines = [f"# {slug}", ""]
+        for index, task_id in enumerate(tasks):
+            lines += [f"## S{index}: {task_id}", "", "Tasks:", f"- {task_id}", ""]
+            (root / "docs" / "plans" / f"{task_id}.intent.json").write_text(_intent(task_id))
+        (root / "docs" / "initiatives" / f"{slug}.md").write_text("\n".join(lines))
     git(str(root), "add", "-A")
     git(str(root), "commit", "-q", "-m", "bench base")
     return git(str(root), "rev-parse", "HEAD").text
+
+
+def _repository(root: Path, count: int) -> str:
+    return make_repository(root, {"bench": [f"task-{index:03d}" for index in range(count)]})
 
 
 def measure(count: int, repeat: int, workdir: Path) -> dict[str, Any]:

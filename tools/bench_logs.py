@@ -23,7 +23,7 @@ def at(tick: int) -> str:
     return format_timestamp(START + timedelta(seconds=tick))
 
 
-def _sha(text: str) -> str:
+def sha(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -54,8 +54,8 @@ def batch_ticks(batch_id: str, slug: str, event_count: int, children: int = 30,
                 yield batch
         tick += per_child // 50 + 1
         batch.settle(at(tick), task)
-        batch.commit_lane(at(tick), task, _sha(f"lane-{slug}-{task}"))
-        batch.integrate(at(tick), task, _sha(f"batch-{slug}-{task}"))
+        batch.commit_lane(at(tick), task, sha(f"lane-{slug}-{task}"))
+        batch.integrate(at(tick), task, sha(f"batch-{slug}-{task}"))
         batch.release(at(tick), task)
         yield batch
     while batch.version < event_count - 1:
@@ -66,9 +66,10 @@ def batch_ticks(batch_id: str, slug: str, event_count: int, children: int = 30,
     yield batch
 
 
-def write_batch(store: Any, batch_id: str, slug: str, event_count: int, children: int = 30) -> int:
-    """Append one synthetic batch to `store`, a tick at a time; returns the events appended."""
+def write_batch(store: Any, batch_id: str, slug: str, event_count: int, children: int = 30,
+                tick_size: int = 5) -> int:
+    """Append one synthetic batch to `store`, `tick_size` events a save; returns the events appended."""
     appended = 0
-    for batch in batch_ticks(batch_id, slug, event_count, children):
+    for batch in batch_ticks(batch_id, slug, event_count, children, tick_size):
         appended += store.save(batch)
     return appended

@@ -231,7 +231,7 @@ def measure_backend(name: str, events: int, append_events: int, memory_events: i
         root = workdir / name / "checkout"
         try:
             _say("writing a batch")
-            write_batch(store, "batch-read-1", "read", events)
+            write_batch(store, "batch-read-1", "read", events, tick_size=200)
             _say("raw_floor")
             row["raw_floor"] = round(_rate(events, lambda: raw_floor(url, store.app.recorder.events_table_name, "batch-read-1"), repeat=3))
             rebuild_check(store, root, "batch-read-1")  # warm
@@ -244,7 +244,7 @@ def measure_backend(name: str, events: int, append_events: int, memory_events: i
             row["verify"] = round(_rate(events, lambda: verify(store, root, "batch-read-1")))
             if memory_events:
                 _say("writing a batch")
-                write_batch(store, "batch-memory-1", "memory", memory_events)
+                write_batch(store, "batch-memory-1", "memory", memory_events, tick_size=200)
                 row["memory_events"] = memory_events
                 _say("rebuild_peak_mb")
                 row["rebuild_peak_mb"] = round(_peak_mb(lambda: rebuild_check(store, root, "batch-memory-1")), 1)

@@ -39,30 +39,11 @@ def task_of(slug: str, index: int) -> str:
     return f"{slug}-t{index}"
 
 
-def _intent(task_id: str) -> str:
-    from tools.bench import _intent as bench_intent
-
-    return bench_intent(task_id)
-
-
 def make_repository(root: Path, repo_index: int, batches: int) -> str:
-    root.mkdir(parents=True)
-    git(str(root), "init", "-q", "-b", "main")
-    git(str(root), "config", "user.name", "Soak")
-    git(str(root), "config", "user.email", "soak@example.invalid")
-    (root / ".gitignore").write_text(".imm/state/\n")
-    (root / "docs" / "initiatives").mkdir(parents=True)
-    (root / "docs" / "plans").mkdir(parents=True)
-    for batch_index in range(batches):
-        slug = slug_of(repo_index, batch_index)
-        lines = [f"# {slug}", ""]
-        for index in range(TASKS_PER_BATCH):
-            task_id = task_of(slug, index)
-            lines += [f"## S{index}: {task_id}", "", "Tasks:", f"- {task_id}", ""]
-            (root / "docs" / "plans" / f"{task_id}.intent.json").write_text(_intent(task_id))
-        (root / "docs" / "initiatives" / f"{slug}.md").write_text("\n".join(lines))
-    git(str(root), "add", "-A")
-    git(str(root), "commit", "-q", "-m", "soak base")
+    from tools.bench import make_repository as make
+
+    make(root, {slug_of(repo_index, b): [task_of(slug_of(repo_index, b), t) for t in range(TASKS_PER_BATCH)]
+                for b in range(batches)})
     return str(root.resolve())
 
 
@@ -112,8 +93,7 @@ class Worker:
             return
         root = self.repos[repo_index]
         service = self.service(root)
-        if service.initiative(slug) is None or service.initiative(slug).current is None:
-            self.authorize(service, slug)
+        self.authorize(service, slug)
         report = self.tick(service, slug, offers={})
         if report is None:
             return
@@ -122,14 +102,16 @@ class Worker:
             self.tick(service, slug, offers=offers)
 
     def authorize(self, service: Any, slug: str) -> None:
-        from lanes_es.service import ServiceError
+        """The literal user's yes, once per Initiative: two confirmations of an Initiative whose batch
+        has not ticked yet would mint two batch ids (the second one current), so the workers agree
+        under a lock of their own, as one person at one terminal would."""
+        import fcntl
 
-        try:
-            service.authorize(service.confirmation(slug, max_parallel=TASKS_PER_BATCH))
-        except Exception as error:  # noqa: BLE001 - a race with another worker's authorization
-            if not _is_busy(error) and not isinstance(error, ServiceError):
-                raise
-            self.log.race("authorize")
+        with open(self.lanes_dir.parent / f"authorize-{slug}.lock", "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            initiative = service.initiative(slug)
+            if initiative is None or initiative.current is None:
+                service.authorize(service.confirmation(slug, max_parallel=TASKS_PER_BATCH))
 
     def tick(self, service: Any, slug: str, offers: dict[str, str]) -> dict[str, Any] | None:
         from lanes_es.tick_input import LaneOfferInput

@@ -4,7 +4,8 @@ For every event, in order:
 - the transition is legal from the state before it (the child and batch state
   machines of contracts §3.3 and §3.4, checked here independently of the aggregate's
   guards, so a log written by any code is held to the same rules);
-- the record folded after it passes the v2 validator;
+- the record folded after it passes the v2 validator (on what the event changed, see
+  `validator.validate_change`);
 - its digest links to the event before it.
 
 A failed check names the version and the rule. Once a transition or record check
@@ -23,7 +24,7 @@ import msgspec
 
 from lanes_es.domain import events as ev
 from lanes_es.domain.record import IN_FLIGHT, apply_event, dependents_to_skip, is_terminal, prepared_record
-from lanes_es.domain.validator import InvalidRecord, validate_record
+from lanes_es.domain.validator import InvalidRecord, validate_change
 from projections.timeline import TimelineRow, timeline_row
 
 from .chain import ChainBreak, verify_chain
@@ -133,7 +134,9 @@ def _step(record: dict[str, Any] | None, event: Any) -> tuple[dict[str, Any] | N
     except (KeyError, TypeError, ValueError) as error:
         return fail(UNFOLDABLE, f"does not fold into the record ({error})")
     try:
-        validate_record(record, record["batch_id"])
+        # The record was valid before this event (the checks stop at the first failure), so what the
+        # event changed is what is checked: the same rules and messages as the whole check.
+        validate_change(record, record["batch_id"], event)
     except InvalidRecord as error:
         return fail(INVALID_RECORD, str(error))
     return record, None

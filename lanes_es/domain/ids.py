@@ -6,6 +6,7 @@ a timestamp means the same thing to the parser, the validator and the store.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime, timezone
 
@@ -46,7 +47,13 @@ def parse_timestamp(text: str) -> datetime:
 
 def is_canonical_timestamp(value: object) -> bool:
     """Matches the pattern and round-trips through ISO formatting (no 25:00, no Feb 30)."""
-    if not isinstance(value, str) or CANONICAL_TIMESTAMP.fullmatch(value) is None:
+    return isinstance(value, str) and _is_canonical(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_canonical(value: str) -> bool:
+    # Cached: a replay checks the same few timestamps after every event, and strptime is slow.
+    if CANONICAL_TIMESTAMP.fullmatch(value) is None:
         return False
     try:
         moment = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)

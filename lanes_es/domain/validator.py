@@ -40,9 +40,88 @@ def _non_empty_str(value: Any) -> bool:
 
 def validate_record(record: Any, batch_id: str) -> None:
     """Raise `InvalidRecord` at the first broken rule of contracts §2.3."""
+    fail = _failer(batch_id)
+    _validate_batch_fields(record, batch_id, fail)
+    commits = record.get("commits")
+    if not isinstance(commits, list) or any(not isinstance(commit, str) for commit in commits):
+        fail("has an invalid commits list")
+    _validate_optional_lists(record, fail)
+    children = record["children"]
+    seen: set[str] = set()
+    for child in children:
+        _validate_child(child, fail)
+        if child["task_id"] in seen:
+            fail(f"has a duplicate child {child['task_id']}")
+        seen.add(child["task_id"])
+    for child in children:
+        _validate_child_commit(child, commits, fail)
+    _validate_settled_children(record, children, fail)
+
+
+def validate_change(record: Any, batch_id: str, event: Any, before_valid: bool = True) -> None:
+    """`validate_record` for a record that was valid before `event` and is now folded past it, checking
+    what the event can have changed: every field of the batch itself (a handful), the children the
+    event names, the item it appended to a list, and the rules that tie the batch state to its
+    children. An event whose reach is not known here, or a record not known to be valid before,
+    gets the whole check. Raises at the first broken rule, with the same message as the whole check.
+    """
+    touched = _touched_children(record, event) if before_valid else None
+    if touched is None:
+        validate_record(record, batch_id)
+        return
+    fail = _failer(batch_id)
+    _validate_batch_fields(record, batch_id, fail)
+    commits = record.get("commits")
+    if not isinstance(commits, list) or (commits and not isinstance(commits[-1], str)):
+        fail("has an invalid commits list")
+    appended = _APPENDS.get(type(event).__name__)
+    if appended is not None:
+        _validate_optional_lists({appended: record.get(appended, [])[-1:]}, fail)
+    for child in touched:
+        _validate_child(child, fail)
+    for child in touched:
+        _validate_child_commit(child, commits, fail)
+    if record["batch_state"] in _SETTLED_RULE_STATES:
+        _validate_settled_children(record, record["children"], fail)
+
+
+# The list each event appends one item to (the rest of the list was checked when it was appended).
+_APPENDS = {"InterventionRecorded": "interventions", "LeaksRestored": "restores", "HeadAdopted": "adopted_heads"}
+# Events that change no child, and those that change the children they name (`task_id`, `skipped`).
+_NO_CHILD = frozenset({"BatchStarted", "BatchSettled", "BatchSuperseded", "DelegationGrantChanged", "HeadAdopted",
+                       "LeaksRestored", "Resealed", "DelegatedRevisionApplied", "OffersRefused", "TickRejected",
+                       "ProjectionDriftRepaired"})
+_NAMED_CHILD = frozenset({"LaneAdmitted", "Enrolled", "Settled", "LaneCommitted", "Integrated", "Released", "Parked",
+                          "QaFailureCounted", "ReviewOpened", "InterventionRecorded", "TrackerClosed"})
+_SETTLED_RULE_STATES = frozenset({"budget_stopped", "failed", "rejected", "superseded", "completed"})
+
+
+def _touched_children(record: Any, event: Any) -> list[Any] | None:
+    """The children `event` can have changed, or None when the whole record must be checked."""
+    name = type(event).__name__
+    if not isinstance(record, dict) or not isinstance(record.get("children"), list):
+        return None
+    if name in _NO_CHILD:
+        return []
+    if name not in _NAMED_CHILD:
+        return None
+    names = {event.task_id, *getattr(event, "skipped", ())}
+    touched = []
+    for child in record["children"]:
+        if isinstance(child, dict) and child.get("task_id") in names:
+            touched.append(child)
+            if len(touched) == len(names):
+                return touched
+    return None
+
+
+def _failer(batch_id: str) -> Any:
     def fail(text: str) -> None:
         raise InvalidRecord(f"batch run state {batch_id} {text}")
+    return fail
 
+
+def _validate_batch_fields(record: Any, batch_id: str, fail: Any) -> None:
     if not isinstance(record, dict):
         fail("is not an object")
     if record.get("contract") != RECORD_CONTRACT:
@@ -71,19 +150,14 @@ def validate_record(record: Any, batch_id: str) -> None:
     if (not isinstance(budget, dict) or not _is_int(budget.get("max_children")) or budget["max_children"] <= 0
             or not _is_int(budget.get("qa_failure_limit")) or budget["qa_failure_limit"] <= 0):
         fail("has an invalid budget")
-    commits = record.get("commits")
-    if not isinstance(commits, list) or any(not isinstance(commit, str) for commit in commits):
-        fail("has an invalid commits list")
-    _validate_optional_lists(record, fail)
-    seen: set[str] = set()
-    for child in children:
-        _validate_child(child, fail)
-        if child["task_id"] in seen:
-            fail(f"has a duplicate child {child['task_id']}")
-        seen.add(child["task_id"])
-    for child in children:
-        if child["commit"] is not None and child["commit"] not in commits:
-            fail(f"child {child['task_id']} commit is missing from commits")
+
+
+def _validate_child_commit(child: dict[str, Any], commits: list[str], fail: Any) -> None:
+    if child["commit"] is not None and child["commit"] not in commits:
+        fail(f"child {child['task_id']} commit is missing from commits")
+
+
+def _validate_settled_children(record: dict[str, Any], children: list[Any], fail: Any) -> None:
     state = record["batch_state"]
     if state in ("budget_stopped", "failed", "rejected", "superseded") and any(
             child["state"] in IN_FLIGHT_STATES for child in children):

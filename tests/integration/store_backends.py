@@ -19,6 +19,10 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "store" / "events.sqlite")
         return
+    yield from postgres_schema_url()
+
+
+def postgres_schema_url() -> Iterator[str]:
     import psycopg
 
     schema = f"lanes_{uuid.uuid4().hex[:12]}"

@@ -148,20 +148,9 @@ def test_a_gap_left_by_an_append_in_flight_is_waited_for_not_skipped(tmp_path, o
 
 
 def _postgres_url():
-    import uuid
+    from tests.integration.store_backends import postgres_schema_url
 
-    import psycopg
-
-    from tests.integration.store_backends import PG_DSN
-
-    schema = f"lanes_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_DSN, autocommit=True) as connection:
-        connection.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"postgresql://postgres@127.0.0.1:5432/test?schema={schema}"
-    finally:
-        with psycopg.connect(PG_DSN, autocommit=True) as connection:
-            connection.execute(f"DROP SCHEMA {schema} CASCADE")
+    return postgres_schema_url()
 
 
 def test_a_hole_in_sqlite_rowids_is_checked_under_the_write_lock_then_passed(tmp_path):

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
-from lanes_es.domain.ids import format_timestamp
-
-START = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
-BASE = "b" * 40
-
-
-def at(tick: int) -> str:
-    return format_timestamp(START + timedelta(seconds=tick))
-
-
-def sha(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()
+from tools.bench_logs import BASE, at, sha
 
 
 def prepared(tasks: list[str], batch_id: str = "batch-demo-1", blocked: dict[str, list[str]] | None = None,

@@ -158,3 +158,38 @@ def test_progress_stays_silent_off_a_terminal():
     progress.finish()
     assert stream.getvalue() == ""
 
+
+
+def test_a_child_made_invalid_by_one_event_is_caught_by_the_step_check():
+    """Replay checks what each event changed (validate_change), not the whole record: an event whose
+    only fault is the child it touches is still refused, with the whole check's message."""
+    events = completed_log()
+    at = next(i for i, e in enumerate(events) if isinstance(e, ev.Enrolled) and e.task_id == "task-b")
+    forged = events[:at] + [msgspec.structs.replace(events[at], run_id="")] + events[at + 1:]
+    result = replay(resealed(forged))
+    assert [(failure.version, failure.rule) for failure in result.failures] == [(at + 1, INVALID_RECORD)]
+    assert "child task-b has an invalid lane" in result.failures[0].message
+
+
+@pytest.mark.parametrize("make", [completed_log, parked_log, lambda: long_log(300, tasks=4)])
+def test_the_change_check_agrees_with_the_whole_check_on_every_step(make):
+    from lanes_es.domain.record import apply_event, prepared_record
+    from lanes_es.domain.validator import InvalidRecord, validate_change, validate_record
+
+    record = None
+    for event in make():
+        record = prepared_record(event) if isinstance(event, ev.BatchPrepared) else (apply_event(record, event) or record)
+        validate_record(record, record["batch_id"])
+        validate_change(record, record["batch_id"], event)
+        named = {getattr(event, "task_id", None), *getattr(event, "skipped", ())}
+        if not named & {child["task_id"] for child in record["children"]}:
+            continue
+        # A fault in a child this event changed: the change check finds it, with the whole check's words.
+        broken = {**record, "children": [{**child, "qa_failures": -1} if child["task_id"] in named else child
+                                         for child in record["children"]]}
+        messages = []
+        for check in (validate_record, lambda r, b: validate_change(r, b, event)):
+            with pytest.raises(InvalidRecord) as raised:
+                check(broken, record["batch_id"])
+            messages.append(str(raised.value))
+        assert messages[0] == messages[1]
