@@ -45,7 +45,8 @@ def _batches(args: argparse.Namespace) -> int:
 
     service = service_of(args)
     try:
-        lines = _read_model(service.store).summaries(state=args.state, repository=args.repo)
+        with _read_model(service.store) as model:
+            lines = model.summaries(state=args.state, repository=args.repo)
     finally:
         service.store.close()
     if args.json:
@@ -105,16 +106,16 @@ def rebuild_all(service: Any, check: bool, out: Any = None) -> int:
 def _read_model_drift(store: Any, check: bool, out: Any) -> bool:
     from lanes_es.adapters.read_model import fold_from_scratch
 
-    model = _read_model(store)
-    model.catch_up()
-    with progress_bar("read model") as update:
-        expected = fold_from_scratch(store, progress=update)
-    actual = {line.batch_id: line for line in model.lines()}
-    differing = sorted(batch_id for batch_id in expected.keys() | actual.keys()
-                       if expected.get(batch_id) != actual.get(batch_id))
-    if not check:
+    with _read_model(store) as model:
+        model.catch_up()
         with progress_bar("read model") as update:
-            model.rebuild(progress=update)
+            expected = fold_from_scratch(store, progress=update)
+        actual = {line.batch_id: line for line in model.lines()}
+        differing = sorted(batch_id for batch_id in expected.keys() | actual.keys()
+                           if expected.get(batch_id) != actual.get(batch_id))
+        if not check:
+            with progress_bar("read model") as update:
+                model.rebuild(progress=update)
     if differing:
         verb = "differs from" if check else "differed from (rebuilt)"
         out.write(f"read model: {len(differing)} line(s) {verb} the log: {', '.join(differing[:10])}"

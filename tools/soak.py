@@ -264,9 +264,9 @@ def check_soak(store_url: str, roots: list[str], kept: list[tuple[str, int, str]
             out, err = io.StringIO(), io.StringIO()
             if verify_command(store, Path(root), batch_id, out=out, err=err) != 0:
                 findings.append(f"{batch_id} does not verify: {out.getvalue().strip()[-400:]}")
-        model = ReadModel(store)
-        model.catch_up()
-        followed = {line.batch_id: line for line in model.lines()}
+        with ReadModel(store) as model:
+            model.catch_up()
+            followed = {line.batch_id: line for line in model.lines()}
         rebuilt = fold_from_scratch(store)
         if followed != rebuilt:
             differing = sorted(key for key in followed.keys() | rebuilt.keys() if followed.get(key) != rebuilt.get(key))

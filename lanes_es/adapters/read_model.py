@@ -297,7 +297,10 @@ def _is_postgres(url: str) -> bool:
 
 def runner_env(url: str) -> dict[str, str]:
     env = store_env(url)
-    if not _is_postgres(url):
+    if _is_postgres(url):
+        # A follower needs a connection or two at a time; many coordinators share the server's limit.
+        env.update({"POSTGRES_POOL_SIZE": "1", "POSTGRES_MAX_OVERFLOW": "2"})
+    else:
         env["APPLICATION_RECORDER_TOPIC"] = get_topic(PollingSQLiteRecorder)
     return env
 
@@ -347,6 +350,8 @@ class ReadModel:
                 if time.monotonic() > deadline:
                     raise GapPending(f"the read model did not reach notification {newest} within {timeout:.0f}s "
                                      f"while other followers moved it") from None
+            finally:
+                runner.view.datastore.close()  # the runner closes its application, not the view it made
 
     @staticmethod
     def _wait(runner: Any, newest: int, timeout: float) -> None:
@@ -381,6 +386,15 @@ class ReadModel:
             else:
                 view.fold([(mapper.to_domain_event(n), n.id) for n in notifications])
             position = notifications[-1].id
+
+    def close(self) -> None:
+        self.view.datastore.close()
+
+    def __enter__(self) -> "ReadModel":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def lines(self) -> list[BatchSummary]:
         """The lines as they stand, without catching up."""
