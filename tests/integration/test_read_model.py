@@ -12,7 +12,6 @@ import threading
 from lanes_es.adapters.read_model import APPLICATION, ReadModel
 from lanes_es.adapters.store import EventStore
 from tests.engine import Engine, Task
-from tests.integration.store_backends import store_url  # noqa: F401 - the fixture
 from tools.bench_logs import write_batch
 from tools.cli import main
 

@@ -4,11 +4,10 @@ model matches a rebuild from scratch. (`lanes-es bench store --soak` runs it big
 
 from __future__ import annotations
 
-from tests.integration.store_backends import store_url  # noqa: F401 - the fixture
 from tools.soak import run_soak
 
 
-def test_processes_ticking_batches_at_random_lose_nothing(tmp_path, store_url):  # noqa: F811
+def test_processes_ticking_batches_at_random_lose_nothing(tmp_path, store_url):
     result = run_soak(store_url, tmp_path, repos=2, batches=2, processes=3, rounds=10)
     assert result.findings == []
     assert result.ticks > 0
