@@ -11,10 +11,11 @@ import json
 import re
 import time
 import uuid
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
-from lanes_es.adapters.store import EventStore, StoreConflict
+from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, describe_holder
 from lanes_es.audit.anchor import AnchorRefused
 from lanes_es.audit.signing import KeyError_
 from lanes_es.domain import events as ev
@@ -35,6 +36,12 @@ _STORE_CONDITION = re.compile(r"retired file-store|kernel store|CAS mismatch|sto
 STORE_CONDITION_NEXT = "settle the reported kernel store condition and retry in the current Host"
 
 EXIT_OK, EXIT_INTERNAL, EXIT_REJECTED, EXIT_STOPPED = 0, 1, 2, 3
+
+# How long a tick waits for another tick of its batch to end before it reports busy.
+DEFAULT_LOCK_WAIT = 5.0
+# How often a tick whose append lost a race (the store refused its expected version) rereads
+# the log and decides again before it reports the store condition.
+LOST_RACE_RETRIES = 3
 
 
 class Adapters(Protocol):
@@ -61,6 +68,29 @@ class ServiceError(Exception):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.detail = message
+
+
+class BatchBusy(ServiceError, StoreConflict):
+    """Another tick holds the batch lock: an outcome, not an error. Nothing was read for writing and
+    nothing was written; the caller ticks again shortly (or waits longer with `wait`).
+
+    A ServiceError (the command line refuses with exit 2) and a StoreConflict (callers that retry
+    on store contention keep doing so).
+    """
+
+    def __init__(self, batch_id: str, holder: dict[str, Any] | None, waited: float) -> None:
+        self.batch_id = batch_id
+        self.holder = holder
+        self.waited = waited
+        ServiceError.__init__(self, "batch_busy",
+                              f"batch {batch_id} is busy: its lock is held by {describe_holder(holder)}; nothing was "
+                              f"written (waited {waited:g} s); tick again shortly, or wait longer with --wait SECONDS")
+
+    def report(self) -> dict[str, Any]:
+        """The `--json` and MCP form of a busy refusal."""
+        return {"outcome": "busy", "batch_id": self.batch_id, "holder": self.holder, "waited_seconds": self.waited,
+                "reason": "batch_busy", "message": self.detail,
+                "next_action": "tick again shortly; `lanes-es tick SLUG --wait SECONDS` waits for the lock"}
 
 
 @dataclass
@@ -220,7 +250,7 @@ class LanesService:
 
     def authorize(self, confirmation: Confirmation) -> ev.BatchAuthorized:
         """Record the literal user's yes to `confirmation` on the Initiative."""
-        with self.store.batch_lock(f"initiative-{confirmation.slug}"):
+        with self._locked(f"initiative-{confirmation.slug}", DEFAULT_LOCK_WAIT):
             now = self.now()
             initiative = self.store.initiative(confirmation.slug) or Initiative.register(at=now, slug=confirmation.slug)
             ref = f"lanes-es-confirm-{uuid.uuid4().hex[:16]}"
@@ -243,7 +273,8 @@ class LanesService:
 
     def tick(self, slug: str, *, max_parallel: int | None = None, offers: list[LaneOfferInput] | None = None,
              instruction: InstructionInput | None = None, revision: RevisionInput | None = None,
-             executor_runtime: str | None = None) -> TickResult:
+             executor_runtime: str | None = None, wait: float = DEFAULT_LOCK_WAIT) -> TickResult:
+        """One tick under the batch lock; raises BatchBusy when another tick holds it past `wait` seconds."""
         initiative = self.initiative(slug)
         authorization = initiative.current if initiative else None
         if authorization is None:
@@ -251,7 +282,7 @@ class LanesService:
                                f"Initiative {slug} has no current authorization; run `lanes-es authorize {slug}` first")
         started = time.perf_counter()
         timings = _Timings()
-        with self.store.batch_lock(authorization.batch_id):
+        with self._locked(authorization.batch_id, wait):
             batch = self.store.batch(authorization.batch_id)
             repaired = self._repair_drift(batch)
             if batch is None and max_parallel is not None and max_parallel != authorization.max_parallel:
@@ -261,8 +292,7 @@ class LanesService:
                 return TickResult(report, authorization.batch_id, written=False)
             limit = max_parallel if batch is not None else authorization.max_parallel
             tick = self._tick_input(slug, authorization, limit, offers, instruction, revision, executor_runtime)
-            ports = self.adapters.tick_ports(self.root, slug)
-            outcome = self._run(tick, batch, ports, timings)
+            outcome = self._run(tick, batch, timings)
             problem = self._anchor(outcome.batch, timings)
             self._write_stats(started, timings)
             return TickResult(outcome.report, authorization.batch_id, outcome.written, repaired, problem)
@@ -275,22 +305,43 @@ class LanesService:
                          lane_revision=revision, revision_delegation=authorization.delegate_revisions,
                          executor_runtime=executor_runtime)
 
-    def _run(self, tick: TickInput, batch: LaneBatch | None, ports: TickPorts, timings: "_Timings") -> TickOutcome:
+    @contextmanager
+    def _locked(self, name: str, wait: float) -> Iterator[None]:
+        """The batch lock, its refusal turned into the busy outcome."""
+        lock = ExitStack()
+        try:
+            lock.enter_context(self.store.batch_lock(name, wait=wait))
+        except BatchLockHeld as held:
+            raise BatchBusy(name, held.holder, wait) from None
+        with lock:
+            yield
+
+    def _run(self, tick: TickInput, batch: LaneBatch | None, timings: "_Timings") -> TickOutcome:
+        """Run the tick; when an append loses a race (the store refuses its expected version, which
+        only a writer bypassing the lock can cause), reread the log and decide again, never writing
+        over what the other writer appended."""
         def persist(live: LaneBatch) -> None:
             began = time.perf_counter()
             timings.events += self.store.save(live)
             materialize(self.root, documents_of(live))
             timings.store += time.perf_counter() - began
 
-        runner = LaneTick(tick=tick, ports=_timed(ports, timings), persist_port=persist, batch=batch)
-        try:
-            return runner.run()
-        except PlanMismatch as error:
-            raise ServiceError("plan_changed", f"{error}; re-authorize the Initiative") from None
-        except (StoreConflict, KernelError) as error:
-            if not isinstance(error, StoreConflict) and not _STORE_CONDITION.search(str(error)):
-                raise
-            return self._store_condition_report(tick, ports, str(error))
+        for attempt in range(LOST_RACE_RETRIES + 1):
+            ports = self.adapters.tick_ports(self.root, tick.initiative_slug)
+            runner = LaneTick(tick=tick, ports=_timed(ports, timings), persist_port=persist, batch=batch)
+            try:
+                return runner.run()
+            except PlanMismatch as error:
+                raise ServiceError("plan_changed", f"{error}; re-authorize the Initiative") from None
+            except StoreConflict as error:
+                if attempt == LOST_RACE_RETRIES:
+                    return self._store_condition_report(tick, ports, str(error))
+                batch = self.store.batch(tick.batch_id)
+            except KernelError as error:
+                if not _STORE_CONDITION.search(str(error)):
+                    raise
+                return self._store_condition_report(tick, ports, str(error))
+        raise AssertionError("unreachable")
 
     def _anchor(self, batch: LaneBatch | None, timings: "_Timings | None" = None) -> str | None:
         """After the log is saved: the signed checkpoint and attestations in git, outside the store.
@@ -353,7 +404,7 @@ class LanesService:
         current = initiative.current if initiative else None
         if current is None:
             raise ServiceError("stale_batch_absent", f"Initiative {slug} has no active batch to retire")
-        with self.store.batch_lock(current.batch_id):
+        with self._locked(current.batch_id, DEFAULT_LOCK_WAIT):
             batch = self.store.batch(current.batch_id)
             if batch is not None and is_terminal(batch.batch_state):
                 raise ServiceError("stale_batch_absent", f"batch {batch.id} is already {batch.batch_state}")
@@ -437,5 +488,5 @@ def _check_slug(slug: str) -> None:
                                            f"(at most 128, starting with a letter or digit)")
 
 
-__all__ = ["LanesService", "ServiceError", "TickResult", "Confirmation", "LaneOfferInput", "InstructionInput",
+__all__ = ["LanesService", "ServiceError", "BatchBusy", "DEFAULT_LOCK_WAIT", "TickResult", "Confirmation", "LaneOfferInput", "InstructionInput",
            "RevisionInput", "EXIT_OK", "EXIT_INTERNAL", "EXIT_REJECTED", "EXIT_STOPPED"]

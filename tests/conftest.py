@@ -36,16 +36,17 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         yield url
         return
     schema = f"t_{uuid.uuid4().hex[:16]}"
-    _postgres(f"CREATE SCHEMA {schema}")
+    postgres_statement(f"CREATE SCHEMA {schema}")
     url = f"{POSTGRES_SERVER}?schema={schema}"
     monkeypatch.setenv("LANES_ES_STORE", url)
     try:
         yield url
     finally:
-        _postgres(f"DROP SCHEMA {schema} CASCADE")
+        postgres_statement(f"DROP SCHEMA {schema} CASCADE")
 
 
-def _postgres(statement: str) -> None:
+def postgres_statement(statement: str) -> None:
+    """Run one statement on the test server (autocommit), failing the test with how to start it."""
     import psycopg
 
     from lanes_es.adapters.store import store_env

@@ -15,7 +15,7 @@ from lanes_es.domain.inputs import (
     InvalidInput, parse_final_verification, parse_lane_instruction, parse_lane_offers, parse_lane_revision,
     parse_max_parallel,
 )
-from lanes_es.service import EXIT_INTERNAL, EXIT_REJECTED, LanesService, ServiceError
+from lanes_es.service import DEFAULT_LOCK_WAIT, EXIT_INTERNAL, EXIT_REJECTED, BatchBusy, LanesService, ServiceError
 from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
 
 DESCRIPTION = """\
@@ -211,6 +211,9 @@ def _add_tick(commands: Any) -> None:
                          help='a lane_revision: {"task_id", "next_intent": {...TaskIntent v1...}}')
     command.add_argument("--executor-runtime", default=None, metavar="DIR",
                          help="the runtime dir a Lane Executor loads, for the contract check on a new batch")
+    command.add_argument("--wait", type=float, default=DEFAULT_LOCK_WAIT, metavar="SECONDS",
+                         help=f"when another tick holds the batch, wait this long for it (default {DEFAULT_LOCK_WAIT:g}; "
+                              f"0 refuses at once); then refuse as busy: exit 2, nothing written")
     command.add_argument("--json", action="store_true", help="print the whole report as JSON")
     command.set_defaults(func=_tick)
 
@@ -255,7 +258,13 @@ def _tick(args: argparse.Namespace) -> int:
         offers.append({"task_id": task_id, "path": path})
     inputs = parse_tick_inputs(max_parallel, offers or None, _json_argument(args.instruction, "lane_instruction"),
                                _json_argument(args.revision, "lane_revision"))
-    result = service_of(args).tick(args.slug, executor_runtime=args.executor_runtime, **inputs)
+    try:
+        result = service_of(args).tick(args.slug, executor_runtime=args.executor_runtime, wait=args.wait, **inputs)
+    except BatchBusy as busy:
+        if not args.json:
+            raise
+        print(json.dumps(busy.report(), indent=2))
+        return EXIT_REJECTED
     for line in result.drift:
         print(f"lanes-es: drift repaired: {line}", file=sys.stderr)
     if result.anchor_problem:

@@ -37,7 +37,7 @@ from lanes_es.domain.inputs import (
     parse_max_parallel, resolve_lane_parallel,
 )
 from lanes_es.domain.record import IN_FLIGHT, is_terminal
-from lanes_es.service import Confirmation, LanesService, ServiceError
+from lanes_es.service import BatchBusy, Confirmation, LanesService, ServiceError
 from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
 from projections.timeline import timeline
 from lanes_es.steward.confirmation import (
@@ -49,7 +49,7 @@ START, RETIRE, STATUS, TIMELINE = "start_unattended_batch", "retire_stale_batch"
 CONFIRM_KEY = "confirm_batch"
 RETIRE_KEY = "confirm_retire"
 BLOCKED = frozenset({"stale_batch_in_flight", "claim_already_active", "batch_state_unreadable",
-                     "claim_appeared_during_confirmation", "store_busy"})
+                     "claim_appeared_during_confirmation", "store_busy", "batch_busy"})
 CANCELLED = frozenset({"confirmation_cancelled", "cancelled_before_execution"})
 CORRECT_ARGUMENTS = "Correct the arguments and call {tool} again."
 # What to do after each refusal of the service, in the words of an MCP host.
@@ -238,6 +238,10 @@ class BatchTools:
         try:
             result = self.service.tick(args.slug, max_parallel=args.max_parallel, offers=args.offers,
                                        instruction=args.instruction, revision=args.revision)
+        except BatchBusy as busy:  # an outcome the host can tell from a failure: call again shortly
+            return refusal("batch_busy", busy.detail, f"Another tick of this batch is running; call {START} again "
+                                                      f"shortly.", outcome="busy", batch_id=busy.batch_id, holder=busy.holder,
+                           waited_seconds=busy.waited)
         except StoreConflict as error:
             return refusal("store_busy", str(error), f"Let the other tick of this batch end, then call {START} again.")
         report = result.report

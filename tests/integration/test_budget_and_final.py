@@ -13,6 +13,10 @@ from lanes_es.tick import LaneTick
 from tests.engine import Engine, Task
 from tests.engine_more import claim_path, confirm_again, enroll, make_engine, state_bytes
 from tests.gitfixtures import git_out, run_git
+import pytest
+
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
 
 
 def three_disjoint(tmp_path: Path) -> Engine:

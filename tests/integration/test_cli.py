@@ -9,6 +9,9 @@ import pytest
 from tests.engine import Engine, Task
 from tools.cli import build_parser, main
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 COMMANDS = ["plan", "authorize", "tick", "status", "rebuild", "retire", "task", "replay", "verify", "export",
             "audit", "demo", "bench", "run", "mcp", "batches"]
 

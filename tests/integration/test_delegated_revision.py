@@ -22,6 +22,9 @@ from tests.engine import Engine, Task
 from tests.engine_more import confirm_again, enroll, lane_record, make_engine, state_bytes
 from tests.gitfixtures import git_out, run_git, write_file
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 FALLBACK = ("the Executor requests approve_breaking_intent_revision through its own native gate "
             "for the user to answer")
 SIDECAR = "docs/plans/task-a.intent.json"

@@ -11,6 +11,9 @@ import pytest
 from tests.engine import Engine, Task, observe
 from tests.gitfixtures import fails_if_exists, git_out, run_git, write_file
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 
 def disjoint_pair(tmp_path: Path) -> Engine:
     return Engine.create(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"])})

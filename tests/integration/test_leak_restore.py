@@ -16,6 +16,9 @@ from tests.engine import Engine, Task
 from tests.engine_more import enroll, make_engine, state_bytes
 from tests.gitfixtures import git_out, porcelain, run_git, write_file
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 LEAKS = {"a.txt": "lane a\n", "base.txt": "lane edit\n"}
 
 

@@ -14,6 +14,9 @@ from tests.engine import Engine, Task
 from tests.engine_more import commit_in_coordinator, enroll, lane_exists, make_engine, claim_path, state_bytes
 from tests.gitfixtures import git_out, run_git
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 
 def test_user_fast_forwards_are_adopted_and_the_completed_chain_verifies(tmp_path):
     """Ports LANE-LCM-03 and LANE-LIN-02."""

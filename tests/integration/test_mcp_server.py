@@ -24,6 +24,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from tests.engine import Task, initiative_markdown
 from tests.gitfixtures import all_refs, head, intent_json, make_repo, requires_file, run_git, write_file
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 PROJECT = Path(__file__).resolve().parents[2]
 SLUG = "init"
 TASKS = {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"]), "task-c": Task(["c.txt"], blocked_by=["task-a"])}

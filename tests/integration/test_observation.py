@@ -23,6 +23,9 @@ from tests.engine_more import (
     write_json,
 )
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 
 def trio(tmp_path: Path, **authorize: Any) -> Engine:
     """task-a and task-b in flight, task-c blocked by task-a."""

@@ -22,6 +22,9 @@ from tests.engine_more import (
 )
 from tests.gitfixtures import git_out, run_git, write_file
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 PARKED_NEXT = ("The lane batch has stopped on a parked child and its Lane is kept. Resolve the child by hand; "
                "continuing needs a new Batch Authorization.")
 

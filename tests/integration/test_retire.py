@@ -16,6 +16,9 @@ from projections.files import report_path, state_path
 from tests.engine import Engine, Task
 from tests.engine_more import batch_files, claim_path, enroll, make_engine, state_bytes
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 
 def parked_trio(tmp_path) -> Engine:
     """s1 integrated, s2 parked (its claim lost), s3 blocked by s2; max_parallel 3, as upstream's fixture."""

@@ -13,6 +13,10 @@ from lanes_es.adapters.runtime_contracts import RUNNING_MANIFEST, RUNNING_SOURCE
 from tests.engine import Engine, Task
 from tests.engine_more import batch_files, make_engine, state_bytes
 from tests.gitfixtures import git_out
+import pytest
+
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
 
 V3 = "assurance_kernel/task_record/v3"
 

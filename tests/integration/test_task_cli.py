@@ -14,6 +14,9 @@ from tests.gitfixtures import intent_json, requires_file, run_git, write_file
 from tests.integration.test_kernel import World
 from tools import task_cli
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -15,6 +15,9 @@ import pytest
 from tests.engine import Engine, Task
 from tests.engine_more import claim_path, enroll, make_engine, read_json, state_bytes
 
+# Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("store_url")
+
 CLOSED = "terminal Task Issue closure confirmed"
 TRACKER = """\
 import json, pathlib, sys
