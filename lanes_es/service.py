@@ -27,7 +27,7 @@ from lanes_es.domain.plan import project_batch_plan
 from lanes_es.domain.record import IN_FLIGHT, is_terminal
 from lanes_es.domain.report import RETIRE_NEXT_ACTION, RETIRE_REASON, lane_report
 from lanes_es.ports import KernelError, PortError
-from lanes_es.tick import LaneTick, PlanMismatch, TickOutcome, lane_rejection_report, refusal_report
+from lanes_es.tick import PlanMismatch, TickContext, TickOutcome, lane_rejection_report, refusal_report, run_lane_batch
 from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput, TickInput, TickPorts
 from projections.batch import documents_of, drift, materialize
 
@@ -328,9 +328,8 @@ class LanesService:
 
         for attempt in range(LOST_RACE_RETRIES + 1):
             ports = self.adapters.tick_ports(self.root, tick.initiative_slug)
-            runner = LaneTick(tick=tick, ports=_timed(ports, timings), persist_port=persist, batch=batch)
             try:
-                return runner.run()
+                return run_lane_batch(tick, batch, _timed(ports, timings), persist)
             except PlanMismatch as error:
                 raise ServiceError("plan_changed", f"{error}; re-authorize the Initiative") from None
             except StoreConflict as error:
@@ -367,8 +366,8 @@ class LanesService:
         persisted = self.store.batch(tick.batch_id)
         if persisted is None:
             return TickOutcome(refusal_report(tick, None, "batch_store_condition", reason), None, written=False)
-        runner = LaneTick(tick=tick, ports=ports, persist_port=lambda _: None, batch=persisted)
-        return TickOutcome(lane_rejection_report(runner, reason, STORE_CONDITION_NEXT), persisted, written=False)
+        context = TickContext(tick=tick, ports=ports, persist_port=lambda _: None, batch=persisted)
+        return TickOutcome(lane_rejection_report(context, reason, STORE_CONDITION_NEXT), persisted, written=False)
 
     def _repair_drift(self, batch: LaneBatch | None) -> list[str]:
         """A projection that differs from the log is rewritten from the log, and the drift reported."""

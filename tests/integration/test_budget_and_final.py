@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from lanes_es.domain.report import LANE_NEEDS_HUMAN_NEXT_ACTION, NEXT_FINAL_VERIFICATION_FAILED, TERMINAL_NEXT_ACTIONS
-from lanes_es.tick import LaneTick
+from lanes_es.tick import TickContext
 from tests.engine import Engine, Task
 from tests.engine_more import claim_path, confirm_again, enroll, make_engine, state_bytes
 from tests.gitfixtures import git_out, run_git
@@ -80,7 +80,7 @@ def test_nothing_startable_and_nothing_parked_settles_no_child_can_start(tmp_pat
     engine = three_disjoint(tmp_path)
     engine.authorize()
     engine.tick()
-    monkeypatch.setattr(LaneTick, "startable", lambda self: [])
+    monkeypatch.setattr(TickContext, "startable", lambda self: [])
     report = engine.tick()
     assert (report["batch_state"], report["reason"]) == ("needs_human", "no child can start")
     assert report["next_action"] == LANE_NEEDS_HUMAN_NEXT_ACTION

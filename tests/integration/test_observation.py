@@ -15,7 +15,7 @@ from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.domain.report import LANE_NEEDS_HUMAN_NEXT_ACTION, NEXT_COORDINATOR, NEXT_REVIEW, RELEASE_SUFFIX
 from lanes_es.ports import KernelError
 from lanes_es.service import STORE_CONDITION_NEXT
-from lanes_es.tick import LaneTick
+from lanes_es.tick import reconcile
 from lanes_es.tick_input import InstructionInput
 from tests.engine import Engine, Task
 from tests.engine_more import (
@@ -98,7 +98,7 @@ def test_a_claim_this_batch_does_not_own_parks_claim_held_by_another_batch(tmp_p
     re-consumed on every tick (rehydrateConsumption, see test_resume.py); with that step taken out,
     the tick's capability owns no slot, which is how a claim made under another batch looks."""
     engine = trio(tmp_path)
-    monkeypatch.setattr(LaneTick, "rehydrate_consumption", lambda self: None)
+    monkeypatch.setattr(reconcile, "rehydrate_consumption", lambda ctx: None)
     report = engine.tick()
     assert [(c["state"], c["reason"]) for c in report["children"]] == [
         ("needs_human", "claim held by another batch"), ("needs_human", "claim held by another batch"),

@@ -17,7 +17,7 @@ import pytest
 from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.ports import KernelError
 from lanes_es.service import STORE_CONDITION_NEXT
-from lanes_es.tick import LaneTick, lane_rejection_report
+from lanes_es.tick import TickContext, lane_rejection_report
 from lanes_es.tick_input import TickInput
 from tests.engine import Engine, Task, initiative_markdown
 from tests.engine_more import enroll, make_engine, state_bytes
@@ -177,7 +177,7 @@ def rejection_of(engine: Engine, reason: str = "kernel store is busy") -> dict[s
     on a broken lineage before it reaches the kernel, so a rejection is never built there)."""
     tick = TickInput(root=engine.root, initiative_slug=engine.slug,
                      authorization=engine.service.initiative(engine.slug).current, now=engine.service.now())
-    runner = LaneTick(tick=tick, ports=engine.service.adapters.tick_ports(engine.root, engine.slug),
+    runner = TickContext(tick=tick, ports=engine.service.adapters.tick_ports(engine.root, engine.slug),
                       persist_port=lambda _: None, batch=engine.batch)
     return lane_rejection_report(runner, reason, "retry")
 

@@ -27,7 +27,8 @@ import pytest
 
 PROJECT = Path(__file__).resolve().parents[2]
 # The lane driver and the integrator: upstream's batch_lanes.ts and batch_integration.ts.
-LANE_MODULES = ["lanes_es/tick.py", "lanes_es/adapters/lane_git.py", "lanes_es/service.py"]
+LANE_MODULES = [*sorted(str(path.relative_to(PROJECT)) for path in (PROJECT / "lanes_es" / "tick").glob("*.py")),
+                "lanes_es/adapters/lane_git.py", "lanes_es/service.py"]
 # The entry points that stand where upstream's Host adapters stand.
 ENTRY_POINTS = ["tools/cli.py", "tools/mcp_server.py", "tools/autopilot.py"]
 # The only code allowed to make and remove Lanes (DESIGN §1: "only the steward provisions and removes Lanes").

@@ -1,0 +1,75 @@
+"""Contracts §3.2 step 2b: each lane commit integrated onto the batch branch through a guarded candidate."""
+
+from __future__ import annotations
+
+from lanes_es.domain import events as ev
+from lanes_es.domain.plan import compute_batch_plan_digest
+from lanes_es.domain.record import expected_batch_head
+from lanes_es.ports import IntegrationChild, IntegrationError, IntegrationRequest, Lineage, PortError
+from lanes_es.tick.context import TickContext, TickFinished, is_lineage_break
+
+
+def integrate_committed(ctx: TickContext) -> None:
+    for child in list(ctx.live.children_in("lane_committed")):
+        task_id, lane = child["task_id"], child["lane"]
+        siblings = [IntegrationChild(task_id=c["task_id"], intent_path=ctx.intent_path_of(c["task_id"]),
+                                     commit=c["commit"])
+                    for c in ctx.live.children_in("integrated") if c["task_id"] != task_id]
+        request = IntegrationRequest(
+            root=ctx.tick.root, branch=ctx.record["branch"], batch_head=expected_batch_head(ctx.record),
+            lane_base=lane["base_head"], lane_commit=lane["lane_commit"],
+            child=IntegrationChild(task_id=task_id, intent_path=ctx.intent_path_of(task_id)), siblings=siblings)
+        try:
+            commit = ctx.ports.lane_git.integrate(request)
+        except PortError as error:
+            park_failed_integration(ctx, task_id, error)
+            continue
+        ctx.live.integrate(ctx.now, task_id, commit)
+        ctx.persist()
+        ctx.lineage = Lineage(kind="equal", head=commit)  # our own fast-forward
+        ctx.scopes.clear()
+        reseal_delegated_revision(ctx, task_id)
+
+
+def park_failed_integration(ctx: TickContext, task_id: str, error: PortError) -> None:
+    message = str(error)
+    code = error.reason if isinstance(error, IntegrationError) else "batch_integration_conflict"
+    reason = message if is_lineage_break(message) or message.startswith(f"{code}:") else f"{code}: {message}"
+    ctx.park_child(task_id, reason)
+    if is_lineage_break(message):
+        raise TickFinished(ctx.fail_lineage(message))
+    # The batch branch is unmoved; a disjoint sibling may still integrate.
+
+
+def reseal_delegated_revision(ctx: TickContext, task_id: str) -> None:
+    """ADR 0018 / #198: reseal plan_digest when the integrated intent is the delegated revision."""
+    record = ctx.record
+    identities = record.get("intent_identities") or {}
+    recorded = identities.get(task_id)
+    if not recorded:
+        return
+    try:
+        read = ctx.ports.batch_git.read_intent(ctx.tick.root, task_id, recorded["intent_path"])
+    except PortError:
+        return
+    revision, content_hash = read.intent["revision"], read.content_hash
+    if revision == recorded["intent_revision"] and content_hash == recorded["intent_content_hash"]:
+        return
+    delegated = [r for r in record.get("delegated_revisions", []) if r["task_id"] == task_id]
+    if not delegated or delegated[-1]["to_revision"] != revision or delegated[-1]["intent_content_hash"] != content_hash:
+        return
+    if any(child["task_id"] not in identities for child in record["children"]):
+        return
+    plan = []
+    for child in record["children"]:
+        identity = identities[child["task_id"]]
+        if child["task_id"] == task_id:
+            identity = {**identity, "intent_revision": revision, "intent_content_hash": content_hash}
+        plan.append(ev.PlanChild(task_id=child["task_id"], slice_id=child["slice_id"],
+                                 blocked_by=list(child["blocked_by"]), **identity))
+    try:
+        to_digest = compute_batch_plan_digest(plan)
+    except ValueError:
+        return
+    ctx.live.reseal(ctx.now, task_id, to_digest, revision, content_hash)
+    ctx.persist()

@@ -1,0 +1,49 @@
+"""Contracts §3.2 step 1, `advanceTask`: the kernel runs a frozen Lane's QA; its verdict moves the child."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lanes_es.tick.context import TickContext
+
+MAX_COORDINATOR_CORRECTIONS = 2
+CORRECTION_LIMIT_REACHED = "batch_correction_limit_reached"
+QA_LIMIT_REASON = "QA failure limit reached"
+
+
+def advance_child(ctx: TickContext, child: dict[str, Any]) -> None:
+    task_id = child["task_id"]
+    result = ctx.ports.kernel.advance_task(child["lane"]["path"], task_id)
+    if result.state == "completed":
+        ctx.live.settle(ctx.now, task_id, qa_failures_reset=True)
+        ctx.persist()
+    elif result.state == "review_ready":
+        reason = f"review reservation {result.operation_id} open"
+        if child["reason"] != reason:  # upstream's write is a no-op while the same reservation stays open
+            ctx.live.open_review(ctx.now, task_id, reason)
+            ctx.persist()
+        ctx.review_open.append(task_id)
+    elif result.state == "rework" and result.operation == "qa":
+        count_qa_failure(ctx, child)
+    elif (result.state in ("rework", "review_preparation_failed") or result.environment_failure
+          or result.recovery_category == "repair"):
+        return  # ordinary own-claim repair stays with the Executor
+    else:
+        ctx.park_child(task_id, "Kernel reported the child stopped" if result.state == "stopped" else result.reason)
+
+
+def count_qa_failure(ctx: TickContext, child: dict[str, Any]) -> None:
+    task_id = child["task_id"]
+    failures = child["qa_failures"] + 1
+    if failures < ctx.record["budget"]["qa_failure_limit"]:
+        ctx.live.count_qa_failure(ctx.now, task_id, failures)
+        ctx.persist()
+        return
+    used = child.get("corrections", 0)
+    if used < MAX_COORDINATOR_CORRECTIONS:
+        # The design judgment goes to the coordinator: one correction, to a new Lane session.
+        ctx.live.count_qa_failure(ctx.now, task_id, failures, QA_LIMIT_REASON)
+        ctx.persist()
+        return
+    ctx.park_child(task_id, f"{CORRECTION_LIMIT_REACHED}: {QA_LIMIT_REASON} after {used} coordinator corrections",
+                   qa_failures=failures)
