@@ -26,11 +26,12 @@ def register(commands: Any) -> None:
     command.add_argument("--repeat", type=int, default=5, help="quiet ticks measured per N (default 5)")
     command.add_argument("--json", action="store_true")
     command.set_defaults(func=lambda args: run_bench(args.lanes, args.repeat, args.json))
-    from tools import bench_anchor, bench_store
+    from tools import bench_anchor, bench_integration, bench_store
 
     others = command.add_subparsers(title="other benchmarks", metavar="WHAT")
     bench_anchor.register(others)
     bench_store.register(others)
+    bench_integration.register(others)
 
 
 def _intent(task_id: str) -> str:

@@ -1,0 +1,251 @@
+"""`lanes-es bench integration`: QA and integration wall time of K settled Lanes, per integration mode.
+
+For each integration mode and each K it builds a repository of K scope-disjoint tasks from
+one base, each task's acceptance check a `sleep T`, and runs the batch to the end through
+the autopilot with max_parallel K. Each Executor writes its file and submits, then waits
+until all K have submitted, so one tick finds K settled-ready Lanes at once (the case a
+merge queue is built for). Measured in this process, around the tick's own steps:
+
+- QA: from the start of the first Lane's QA to the end of the last one;
+- integration: from the start of the first integration step that integrated a Lane to the
+  end of the last one;
+- check runs: acceptance commands run during QA and during integration;
+- git spawns per integrated Lane, during integration.
+
+Times are also given as multiples of T. `--failing I` makes task I's check fail on any
+candidate that holds task 0's work (it passes in its own Lane), to compare what each mode parks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from lanes_es.adapters.git import STATS, git
+
+SLUG = "bench"
+
+
+def register(commands: Any) -> None:
+    command = commands.add_parser("integration", help="QA and integration wall time of K settled Lanes, per mode",
+                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    command.add_argument("--k", type=int, nargs="+", default=[1, 2, 4, 8], help="values of K (default 1 2 4 8)")
+    command.add_argument("--sleep", type=float, default=1.0, help="T, seconds each check sleeps (default 1)")
+    command.add_argument("--modes", nargs="+", default=None,
+                         help=f"integration modes to compare (default: all, {' '.join(available_modes())})")
+    command.add_argument("--verify-workers", type=int, default=None,
+                         help="candidate verification workers (default: K)")
+    command.add_argument("--failing", type=int, default=None, metavar="I",
+                         help="task I's check fails on every candidate holding task 0's work")
+    command.add_argument("--json", action="store_true", help="one JSON object per row")
+    command.set_defaults(func=lambda args: run_integration_bench(
+        args.k, args.sleep, args.modes or available_modes(), args.verify_workers, args.failing, args.json))
+
+
+def available_modes() -> list[str]:
+    try:
+        from lanes_es.domain.candidates import INTEGRATION_MODES
+    except ImportError:  # before integration modes existed: today's serial integration only
+        return ["serial"]
+    return list(INTEGRATION_MODES)
+
+
+# ---------------------------------------------------------------- the repository
+
+
+def _intent(task_id: str, check: list[str]) -> str:
+    return json.dumps({
+        "contract": "assurance_kernel/task_intent/v1", "task_id": task_id, "goal": f"Deliver {task_id}",
+        "acceptance": [{"id": "A1", "assertion": "the check passes", "verification": json.dumps({
+            "contract": "assurance_kernel/verification_descriptor/v2",
+            "command": {"executable": check[0], "argv": check[1:], "cwd": ".", "timeout_ms": 600000,
+                        "max_output_bytes": 4096},
+            "environment": {"prepare": None, "writable_paths": []}})}],
+        "scope_hint": [f"src/{task_id}.txt"], "risk": "routine", "revision": 1, "owner": "user"}, indent=2) + "\n"
+
+
+def task_ids(count: int) -> list[str]:
+    return [f"task-{index:03d}" for index in range(count)]
+
+
+def check_of(index: int, seconds: float, failing: int | None) -> list[str]:
+    if index == failing and index != 0:
+        return ["sh", "-c", f"sleep {seconds:g} && test ! -e src/task-000.txt"]
+    return ["sleep", f"{seconds:g}"]
+
+
+def make_repository(root: Path, count: int, seconds: float, failing: int | None) -> None:
+    root.mkdir(parents=True)
+    git(str(root), "init", "-q", "-b", "main")
+    git(str(root), "config", "user.name", "Bench")
+    git(str(root), "config", "user.email", "bench@example.invalid")
+    (root / ".gitignore").write_text(".imm/state/\n")
+    (root / "docs" / "initiatives").mkdir(parents=True)
+    (root / "docs" / "plans").mkdir(parents=True)
+    lines = ["# Bench", ""]
+    for index, task_id in enumerate(task_ids(count)):
+        lines += [f"## S{index}: {task_id}", "", "Tasks:", f"- {task_id}", ""]
+        (root / "docs" / "plans" / f"{task_id}.intent.json").write_text(_intent(task_id, check_of(index, seconds, failing)))
+    (root / "docs" / "initiatives" / f"{SLUG}.md").write_text("\n".join(lines))
+    git(str(root), "add", "-A")
+    git(str(root), "commit", "-q", "-m", "bench base")
+
+
+def executor_argv(barrier: Path, count: int) -> list[str]:
+    """The scripted Executor, then a barrier: it exits only once all K Lanes have submitted."""
+    deliver = shlex.join([sys.executable, "-P", "-m", "tools.example_executor"])
+    wait = (f'touch {shlex.quote(str(barrier))}/"$LANES_ES_TASK_ID" && '
+            f'while [ "$(ls {shlex.quote(str(barrier))} | wc -l)" -lt {count} ]; do sleep 0.05; done')
+    return ["sh", "-c", f"{deliver} && {wait}"]
+
+
+# ---------------------------------------------------------------- measuring
+
+
+@dataclass
+class Phase:
+    """Wall-clock spans of one phase, and what ran inside them."""
+
+    spans: list[tuple[float, float]] = field(default_factory=list)
+    checks: int = 0
+    spawns: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return max(end for _, end in self.spans) - min(start for start, _ in self.spans) if self.spans else 0.0
+
+
+@dataclass
+class Probe:
+    qa: Phase = field(default_factory=Phase)
+    integration: Phase = field(default_factory=Phase)
+    current: Phase | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def phase(self, phase: Phase, keep: Any = lambda: True) -> Iterator[None]:
+        self.current, began, spawns = phase, time.perf_counter(), STATS.spawns
+        try:
+            yield
+        finally:
+            self.current = None
+            if keep():
+                phase.spans.append((began, time.perf_counter()))
+                phase.spawns += STATS.spawns - spawns
+
+    def count_check(self) -> None:
+        with self.lock:
+            if self.current is not None:
+                self.current.checks += 1
+
+
+@contextmanager
+def probing(service: Any) -> Iterator[Probe]:
+    """Time the tick's QA and integration steps and count the checks they run (this process only)."""
+    import lanes_es.adapters.qa as qa_adapter
+    from lanes_es.tick import integrate as integrate_step
+    from lanes_es.tick import qa as qa_step
+
+    probe = Probe()
+    run_command, integrate_committed = qa_adapter.run_command, integrate_step.integrate_committed
+    # QA of several Lanes is one step (`advance_children`) once it runs concurrently; before, one call per Lane.
+    qa_name = "advance_children" if hasattr(qa_step, "advance_children") else "advance_child"
+    advance = getattr(qa_step, qa_name)
+
+    def counted_run_command(*args: Any, **kwargs: Any) -> Any:
+        probe.count_check()
+        return run_command(*args, **kwargs)
+
+    def timed_integration(ctx: Any) -> None:
+        moved = lambda: len(ctx.live.children_in("integrated", "needs_human"))  # noqa: E731
+        before = moved()
+        with probe.phase(probe.integration, keep=lambda: moved() > before):
+            integrate_committed(ctx)
+
+    def timed_qa(ctx: Any, children: Any) -> Any:
+        with probe.phase(probe.qa, keep=lambda: bool(children)):
+            return advance(ctx, children)
+
+    qa_adapter.run_command, integrate_step.integrate_committed = counted_run_command, timed_integration
+    setattr(qa_step, qa_name, timed_qa)
+    try:
+        yield probe
+    finally:
+        qa_adapter.run_command, integrate_step.integrate_committed = run_command, integrate_committed
+        setattr(qa_step, qa_name, advance)
+
+
+def measure(mode: str, count: int, seconds: float, verify_workers: int | None, failing: int | None,
+            workdir: Path) -> dict[str, Any]:
+    from tools.autopilot import run_autopilot
+    from tools.compose import build_service
+
+    repo, lanes, barrier = workdir / f"{mode}-{count}" / "repo", workdir / f"{mode}-{count}" / "lanes", \
+        workdir / f"{mode}-{count}" / "barrier"
+    make_repository(repo, count, seconds, failing)
+    barrier.mkdir(parents=True)
+    service = build_service(repo)
+    confirmation = service.confirmation(SLUG, max_parallel=count, **_mode_options(mode, verify_workers or count))
+    service.authorize(confirmation)
+    lines: list[str] = []
+    with probing(service) as probe:
+        began = time.perf_counter()
+        code = run_autopilot(service, SLUG, count, lanes, executor_argv(barrier, count), yes=True,
+                             out=lines.append, poll=0.05)
+        total = time.perf_counter() - began
+    batch = service.active_batch(SLUG)
+    record = batch.record if batch is not None else {"children": []}
+    integrated = [c["task_id"] for c in record["children"] if c["state"] in ("integrated", "released")]
+    parked = sorted((c["task_id"], c["reason"]) for c in record["children"] if c["state"] == "needs_human")
+    service.store.close()
+    if code not in (0, 3):
+        raise RuntimeError(f"the autopilot stopped with exit {code}: " + " | ".join(lines[-5:]))
+    return {
+        "mode": mode, "k": count, "t": seconds, "batch_state": batch.batch_state if batch else None,
+        "qa_seconds": round(probe.qa.seconds, 3), "qa_t": round(probe.qa.seconds / seconds, 2),
+        "integration_seconds": round(probe.integration.seconds, 3),
+        "integration_t": round(probe.integration.seconds / seconds, 2),
+        "qa_check_runs": probe.qa.checks, "integration_check_runs": probe.integration.checks,
+        "git_spawns_per_integrated_lane": round(probe.integration.spawns / max(len(integrated), 1), 1),
+        "integrated": len(integrated), "parked": parked, "total_seconds": round(total, 2),
+    }
+
+
+def _mode_options(mode: str, verify_workers: int) -> dict[str, Any]:
+    if available_modes() == ["serial"]:
+        return {}
+    return {"integration": mode, "verify_workers": verify_workers}
+
+
+def run_integration_bench(counts: list[int], seconds: float, modes: list[str], verify_workers: int | None,
+                          failing: int | None, as_json: bool) -> int:
+    unknown = [mode for mode in modes if mode not in available_modes()]
+    if unknown:
+        print(f"lanes-es bench integration: unknown mode {', '.join(unknown)}; choose from "
+              f"{', '.join(available_modes())}", file=sys.stderr)
+        return 2
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="lanes-es-bench-integration-") as directory:
+        for count in counts:
+            for mode in modes:
+                row = measure(mode, count, seconds, verify_workers, failing, Path(directory))
+                rows.append(row)
+                if as_json:
+                    print(json.dumps(row), flush=True)
+                else:
+                    print(f"K={count:>2} {mode:<11} QA {row['qa_seconds']:6.2f} s ({row['qa_t']:5.2f} T), "
+                          f"integration {row['integration_seconds']:6.2f} s ({row['integration_t']:5.2f} T), "
+                          f"check runs {row['qa_check_runs']} QA + {row['integration_check_runs']} integration, "
+                          f"{row['git_spawns_per_integrated_lane']} git spawns per integrated Lane, "
+                          f"{row['integrated']} integrated, parked {[task for task, _ in row['parked']] or 'none'}",
+                          flush=True)
+    return 0
