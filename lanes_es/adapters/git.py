@@ -8,6 +8,7 @@ Nothing else in the project imports `sh` or `subprocess` to run git.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
@@ -38,6 +39,7 @@ class SpawnStats:
 
 
 STATS = SpawnStats()
+_STATS_LOCK = threading.Lock()  # QA and candidate verifications spawn git from several threads
 
 # Called with the git arguments after every spawn, whatever its outcome. Tests use it to
 # inject a crash right after a git command took effect; nothing in the engine registers one.
@@ -92,9 +94,10 @@ def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | st
     """
     argv = ["-C", root, "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", *args]
     started = time.perf_counter()
-    STATS.spawns += 1
-    if STATS.keep_commands:
-        STATS.commands.append(" ".join(args[:3]))
+    with _STATS_LOCK:
+        STATS.spawns += 1
+        if STATS.keep_commands:
+            STATS.commands.append(" ".join(args[:3]))
     # sh's `_timeout` polls and adds about 100 ms to every call, so it is passed only when asked for.
     options: dict[str, object] = {"_timeout": timeout} if timeout is not None else {}
     try:
@@ -109,7 +112,8 @@ def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | st
     except sh.CommandNotFound:
         raise GitFailure("git is not installed or not on PATH") from None
     finally:
-        STATS.seconds += time.perf_counter() - started
+        with _STATS_LOCK:
+            STATS.seconds += time.perf_counter() - started
         for observer in SPAWN_OBSERVERS:
             observer(args)
 

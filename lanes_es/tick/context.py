@@ -6,13 +6,13 @@ context; the context itself only reads, reports and records, it decides nothing 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from lanes_es.domain import events as ev
 from lanes_es.domain.authority import BatchCapability, Binding
 from lanes_es.domain.batch import LaneBatch
+from lanes_es.domain.observation import lane_unreadable_reason  # noqa: F401 - re-exported
 from lanes_es.domain.ids import batch_branch_name, parse_timestamp
 from lanes_es.domain.record import IN_FLIGHT, prepared_record
 from lanes_es.domain.report import NEXT_REJECTED_PARAMETERS, lane_report
@@ -20,9 +20,6 @@ from lanes_es.domain.scheduling import startable_children
 from lanes_es.ports import Lineage, PortError
 from lanes_es.tick_input import Persist, TickInput, TickPorts
 
-LANE_CONTRACT_MISMATCH = "batch_lane_contract_mismatch"
-_CONTRACT_ERROR = re.compile(r"contract must equal|unknown field|schema version .* incompatible|unknown contract",
-                             re.IGNORECASE)
 
 
 @dataclass
@@ -43,11 +40,6 @@ class TickFinished(Exception):
 
 class PlanMismatch(RuntimeError):
     """The recorded children do not match the authorized plan: the tick stops and writes nothing."""
-
-
-def lane_unreadable_reason(error: str) -> str:
-    """A Lane whose state this runtime refuses to read is a contract mismatch, not a lost Lane."""
-    return f"{LANE_CONTRACT_MISMATCH}: {error}" if _CONTRACT_ERROR.search(error) else "batch_lane_lost"
 
 
 def is_lineage_break(message: str) -> bool:

@@ -1,9 +1,16 @@
-"""Contracts §3.2 step 1, `advanceTask`: the kernel runs a frozen Lane's QA; its verdict moves the child."""
+"""Contracts §3.2 step 1, `advanceTask`: the kernel runs a frozen Lane's QA; its verdict moves the child.
+
+The QA of several Lanes runs at once, at most `qa_workers` (the batch's max_parallel) at a
+time: each Lane's QA reads and writes only that Lane. The verdicts are recorded afterwards,
+in record order, so the log does not depend on which QA finished first.
+"""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from lanes_es.ports import AdvanceResult
 from lanes_es.tick.context import TickContext
 
 MAX_COORDINATOR_CORRECTIONS = 2
@@ -11,9 +18,21 @@ CORRECTION_LIMIT_REACHED = "batch_correction_limit_reached"
 QA_LIMIT_REASON = "QA failure limit reached"
 
 
-def advance_child(ctx: TickContext, child: dict[str, Any]) -> None:
+def advance_children(ctx: TickContext, children: list[dict[str, Any]]) -> dict[str, AdvanceResult]:
+    """`advanceTask` of each child, concurrently; the first failure in record order is raised, as in sequence."""
+    def advance(child: dict[str, Any]) -> AdvanceResult:
+        return ctx.ports.kernel.advance_task(child["lane"]["path"], child["task_id"])
+
+    workers = min(len(children), max(ctx.limit, 1))
+    if workers <= 1:
+        return {child["task_id"]: advance(child) for child in children}
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lanes-es-qa") as pool:
+        futures = [(child["task_id"], pool.submit(advance, child)) for child in children]
+        return {task_id: future.result() for task_id, future in futures}
+
+
+def record_advance(ctx: TickContext, child: dict[str, Any], result: AdvanceResult) -> None:
     task_id = child["task_id"]
-    result = ctx.ports.kernel.advance_task(child["lane"]["path"], task_id)
     if result.state == "completed":
         ctx.live.settle(ctx.now, task_id, qa_failures_reset=True)
         ctx.persist()
