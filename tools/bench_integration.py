@@ -186,7 +186,7 @@ def probing(service: Any) -> Iterator[Probe]:
 
 def measure(mode: str, count: int, seconds: float, verify_workers: int | None, failing: int | None,
             workdir: Path) -> dict[str, Any]:
-    from tools.autopilot import run_autopilot
+    from lanes_es.steward.run import run_autopilot
     from tools.compose import build_service
 
     repo, lanes, barrier = workdir / f"{mode}-{count}" / "repo", workdir / f"{mode}-{count}" / "lanes", \
