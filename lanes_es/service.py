@@ -398,20 +398,46 @@ class LanesService:
 
     # ------------------------------------------------------------ retire, rebuild
 
-    def retire(self, slug: str) -> dict[str, Any]:
-        """upstream's retire_stale_batch: the active record becomes `superseded`, refused while a child is in flight."""
+    def retire_target(self, slug: str) -> "RetireTarget":
+        """What `retire` would retire, read before the literal-user gate opens; every refusal comes here.
+
+        The record's exact bytes are kept: `retire` writes only when they are unchanged after
+        the gate (upstream's compare-and-swap, contracts §11.4).
+        """
         initiative = self.initiative(slug)
         current = initiative.current if initiative else None
         if current is None:
-            raise ServiceError("stale_batch_absent", f"Initiative {slug} has no active batch to retire")
-        with self._locked(current.batch_id, DEFAULT_LOCK_WAIT):
-            batch = self.store.batch(current.batch_id)
-            if batch is not None and is_terminal(batch.batch_state):
-                raise ServiceError("stale_batch_absent", f"batch {batch.id} is already {batch.batch_state}")
-            if batch is not None and batch.children_in(*IN_FLIGHT):
-                raise ServiceError("stale_batch_in_flight",
-                                   f"batch run state {batch.id} is {batch.batch_state} but a child is still mid-flight; "
-                                   f"let its Lanes settle (tick) or park them before retiring")
+            raise ServiceError("stale_batch_absent", f"Initiative {slug} has no active batch to retire; "
+                                                     f"`lanes-es authorize {slug}` starts a new one")
+        batch = self.store.batch(current.batch_id)
+        self._require_retirable(batch)
+        return RetireTarget(slug=slug, batch_id=current.batch_id, record_bytes=_record_bytes(batch))
+
+    @staticmethod
+    def _require_retirable(batch: LaneBatch | None) -> None:
+        if batch is not None and is_terminal(batch.batch_state):
+            raise ServiceError("stale_batch_absent", f"batch {batch.id} is already {batch.batch_state}")
+        if batch is not None and batch.children_in(*IN_FLIGHT):
+            raise ServiceError("stale_batch_in_flight",
+                               f"batch run state {batch.id} is {batch.batch_state} but a child is still mid-flight; "
+                               f"let its Lanes settle (tick) or park them before retiring")
+
+    def retire(self, slug: str, expected: "RetireTarget | None" = None) -> dict[str, Any]:
+        """upstream's retire_stale_batch: the active record becomes `superseded`, refused while a child is in flight.
+
+        With `expected` (the target read before the gate), the write is a compare-and-swap on
+        the record's exact bytes: a record that moved while the user was asked is not retired.
+        """
+        target = expected or self.retire_target(slug)
+        with self._locked(target.batch_id, DEFAULT_LOCK_WAIT):
+            initiative = self.initiative(slug)
+            current = initiative.current if initiative else None
+            batch = self.store.batch(target.batch_id)
+            if current is None or current.batch_id != target.batch_id or _record_bytes(batch) != target.record_bytes:
+                raise ServiceError("plan_changed", f"batch run state {target.batch_id} changed while the user was "
+                                                   f"deciding; nothing was retired. Run `lanes-es retire {slug}` "
+                                                   f"again to decide on the record as it now stands")
+            self._require_retirable(batch)
             now = self.now()
             if batch is not None:
                 batch.supersede(now, RETIRE_REASON, RETIRE_NEXT_ACTION)
@@ -445,6 +471,20 @@ class LanesService:
             else:
                 found[batch_id] = [str(path) for path in materialize(self.root, documents)]
         return found
+
+
+@dataclass(frozen=True)
+class RetireTarget:
+    """The active batch as read before the retire gate: its id and the exact bytes of its record."""
+
+    slug: str
+    batch_id: str
+    record_bytes: bytes
+
+
+def _record_bytes(batch: LaneBatch | None) -> bytes:
+    """The v2 record's canonical bytes as the log has them (empty for a batch authorized but never ticked)."""
+    return documents_of(batch).record_bytes() if batch is not None else b""
 
 
 @dataclass
@@ -488,5 +528,5 @@ def _check_slug(slug: str) -> None:
                                            f"(at most 128, starting with a letter or digit)")
 
 
-__all__ = ["LanesService", "ServiceError", "BatchBusy", "DEFAULT_LOCK_WAIT", "TickResult", "Confirmation", "LaneOfferInput", "InstructionInput",
+__all__ = ["LanesService", "ServiceError", "BatchBusy", "DEFAULT_LOCK_WAIT", "TickResult", "Confirmation", "RetireTarget", "LaneOfferInput", "InstructionInput",
            "RevisionInput", "EXIT_OK", "EXIT_INTERNAL", "EXIT_REJECTED", "EXIT_STOPPED"]
