@@ -71,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(commands)
     _add_rebuild(commands)
     _add_retire(commands)
-    for module in ("tools.task_cli", "tools.audit_cli", "tools.anchor_cli", "tools.batches_cli", "tools.demo",
-                   "tools.bench", "tools.autopilot", "tools.mcp_server"):
+    for module in ("tools.task_cli", "tools.intent_cli", "tools.audit_cli", "tools.anchor_cli", "tools.batches_cli",
+                   "tools.demo", "tools.bench", "tools.autopilot", "tools.mcp_server"):
         _register_optional(module, commands)
     return parser
 
