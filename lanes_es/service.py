@@ -15,6 +15,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
+from lanes_es.adapters.plan_observer import observe_plan
 from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, describe_holder
 from lanes_es.audit.anchor import AnchorRefused
 from lanes_es.audit.signing import KeyError_
@@ -23,7 +24,6 @@ from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.ids import batch_branch_name, is_valid_id
 from lanes_es.domain.initiative import Initiative
-from lanes_es.domain.plan import project_batch_plan
 from lanes_es.domain.record import IN_FLIGHT, is_terminal
 from lanes_es.domain.report import RETIRE_NEXT_ACTION, RETIRE_REASON, lane_report
 from lanes_es.ports import KernelError, PortError
@@ -184,22 +184,10 @@ class LanesService:
         _check_slug(slug)
         ports = self.adapters.tick_ports(self.root, slug)
         try:
-            observation = self.adapters.read_initiative(self.root, slug)
+            return observe_plan(self.root, slug, read_initiative=self.adapters.read_initiative,
+                                batch_git=ports.batch_git, kernel=ports.kernel)
         except PortError as error:
             raise ServiceError("plan_projection_failed", str(error)) from None
-        reads: dict[str, Any] = {}
-        settled: list[str] = []
-        for task in observation["tasks"]:
-            task_id = task["task_id"]
-            tombstone = ports.kernel.read_tombstone(self.root, task_id)
-            if tombstone is not None:
-                settled.append(task_id)
-            try:
-                reads[task_id] = ports.batch_git.read_intent(self.root, task_id, None)
-            except PortError as error:
-                reads[task_id] = str(error)
-        try:
-            return project_batch_plan(observation, reads, settled_tasks=settled)
         except ValueError as error:
             raise ServiceError("empty_enrollable_set" if "no enrollable" in str(error) else "plan_projection_failed",
                                str(error)) from None

@@ -26,6 +26,7 @@ from lanes_es.domain.report import (
 )
 from lanes_es.domain.scheduling import startable_children
 from lanes_es.ports import IntegrationError, IntegrationRequest, IntegrationChild, Lineage, PortError
+from lanes_es.tick_guards import refuse_unknown_leaks, stop_if_head_moved, stop_if_world_moved
 from lanes_es.tick_input import Persist, TickInput, TickPorts
 
 MAX_COORDINATOR_CORRECTIONS = 2
@@ -253,6 +254,9 @@ class LaneTick:
         state = self.live.batch_state
         if is_terminal(state):
             return self.replay_terminal(state)
+        stopped = stop_if_world_moved(self)
+        if stopped is not None:
+            return stopped
         if state == "needs_human":
             return self.resume_park()
         return None
@@ -350,7 +354,7 @@ class LaneTick:
 
     def restore_leaks(self) -> None:
         """Lane writes leaked into the coordinator checkout, restored only when every path is provably a Lane's."""
-        view = self.view = self.ports.lane_git.coordinator_view(self.tick.root)
+        view = self.view = self.view or self.ports.lane_git.coordinator_view(self.tick.root)
         if self.ports.leaks is None or not view.entries:
             return
         restored = self.ports.leaks.restore(self.tick.root, self.record, view.entries, self.now)
@@ -386,6 +390,9 @@ class LaneTick:
         if lineage.kind == "broken":
             raise _Finished(self.fail_lineage(lineage.message))
         if lineage.kind == "fast_forward":
+            stopped = stop_if_head_moved(self, lineage.head)
+            if stopped is not None:
+                raise _Finished(stopped.report)
             self.live.adopt_head(self.now, expected, lineage.head)
             self.persist()
         self.lineage = Lineage(kind="equal", head=lineage.head)
@@ -401,6 +408,14 @@ class LaneTick:
                     self.capability.consume_child(child["task_id"])
         except (AuthorizationError, ValueError) as error:
             raise _Finished(self.fail_lineage(str(error))) from None
+
+    def stop_on_drift(self, reason: str, next_action: str) -> TickOutcome:
+        """What the confirmation covered moved: every child in flight parks (its Lane is kept), the batch
+        settles needs_human, and nothing more is admitted, enrolled, committed or integrated."""
+        for child in self.live.children_in(*IN_FLIGHT):
+            self.live.park(self.now, child["task_id"], reason)
+        self.parked_message = reason
+        return TickOutcome(self.finalize("needs_human", reason, next_action), self.batch)
 
     def fail_lineage(self, message: str, extras: ev.ReportExtras | None = None) -> dict[str, Any]:
         """Every in-flight child parks with the message, its dependents are skipped, the batch fails.
@@ -752,6 +767,10 @@ class LaneTick:
         return self.report(None, running_next_action(handoffs), handoffs)
 
     def complete(self) -> dict[str, Any]:
+        refused = refuse_unknown_leaks(self)
+        if refused is not None:
+            raise _Finished(refused.report)
+        self.restore_leaks()  # a Lane's write that leaked during this tick
         final = None
         commands = self.record.get("final_verification")
         if commands:

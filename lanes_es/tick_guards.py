@@ -1,0 +1,88 @@
+"""What a tick checks before it moves any child of a recorded batch, and again before `completed`.
+
+1. The working-tree preflight (contracts §9.2, upstream's Host preflight before every call):
+   every dirty path of the coordinator must be a Lane's provable write (restored later in the
+   tick, with a backup in the log), else the tick refuses (`working_tree_unstaged`) and
+   touches no file.
+2. The drift check (contracts §11.1 "Authorization reuse"): the plan derived from the
+   Initiative and intents as they are now, the branch and the expected head must be what the
+   confirmation covered. A running batch that drifted parks every child in flight and settles
+   `needs_human` with the blocker's code; a parked one is not resumed; only a fresh
+   confirmation of the batch as it stands goes on.
+
+Facts come through the tick's ports; the decisions are pure (lanes_es/domain/working_tree.py,
+lanes_es/domain/drift.py). The steps call `stop_if_world_moved`, `stop_if_head_moved` and
+`refuse_unknown_leaks`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lanes_es.domain.drift import Covered, Drift, Observed, decide_drift, drift_next_action
+from lanes_es.domain.working_tree import Unprovable, WorkingTreeRefusal, decide_working_tree
+from lanes_es.ports import CoordinatorView, PortError
+
+
+def working_tree_refusal(ports: Any, root: str, slug: str, record: dict[str, Any],
+                         view: CoordinatorView) -> WorkingTreeRefusal | None:
+    """The preflight's refusal when a dirty path has an unknown origin; None when clean or all provable."""
+    if not view.entries:
+        return None
+    if ports.leaks is None:  # nothing here can prove a Lane's origin: every change is of unknown origin
+        return decide_working_tree(view.entries, Unprovable(view.entries[0][1], "no Lane origin can be proven"),
+                                   slug)
+    return decide_working_tree(view.entries, ports.leaks.plan(root, record, view.entries), slug)
+
+
+def observe_drift(ports: Any, root: str, slug: str, record: dict[str, Any], view: CoordinatorView) -> Drift | None:
+    """The first reuse blocker that holds now, from the coordinator's view and its files."""
+    covered = Covered.of(record)
+    digest, error = covered.plan_digest, None
+    if ports.plans is not None:
+        try:
+            digest = ports.plans.current_digest(root, slug, [child["task_id"] for child in record["children"]])
+        except PortError as failure:
+            digest, error = None, str(failure)
+    # The head is judged later, at the lineage check: an integration this batch made but did not
+    # record (a crash) moves it too, and is adopted first (contracts §3.2 steps 9 and 11).
+    return decide_drift(covered, Observed(plan_digest=digest, branch=view.branch, head=None, plan_error=error))
+
+
+def stop_if_world_moved(runner: Any) -> Any:
+    """The tick's outcome when the preflight refuses or the world drifted; None to go on.
+
+    `runner` is the tick (its ports, input, batch, and its `refuse` / `park_all_in_flight`).
+    """
+    record = runner.record
+    view = runner.view = runner.ports.lane_git.coordinator_view(runner.tick.root)
+    refusal = working_tree_refusal(runner.ports, runner.tick.root, runner.tick.initiative_slug, record, view)
+    if refusal is not None:
+        return runner.refuse(refusal.code, refusal.text)
+    drift = observe_drift(runner.ports, runner.tick.root, runner.tick.initiative_slug, record, view)
+    if drift is None:
+        return None
+    if runner.live.batch_state != "running":
+        return runner.refuse(drift.code, f"{drift.detail}; {drift_next_action(runner.tick.initiative_slug)}")
+    return runner.stop_on_drift(drift.reason, drift_next_action(runner.tick.initiative_slug))
+
+
+def stop_if_head_moved(runner: Any, head: str) -> Any:
+    """A fast-forward of the batch branch by someone else: adopted only under a confirmation given
+    since (this tick resumed a park); otherwise the batch stops with `batch_head_lineage_moved`."""
+    if runner.resumed_park:
+        return None
+    drift = decide_drift(Covered.of(runner.record), Observed(plan_digest=runner.record["plan_digest"],
+                                                             branch=runner.record["branch"], head=head, descends=True))
+    if drift is None:
+        return None
+    return runner.stop_on_drift(drift.reason, drift_next_action(runner.tick.initiative_slug))
+
+
+def refuse_unknown_leaks(runner: Any) -> Any:
+    """Before `completed`: the checkout is read once more; a path of unknown origin refuses the tick."""
+    view = runner.view = runner.ports.lane_git.coordinator_view(runner.tick.root)
+    refusal = working_tree_refusal(runner.ports, runner.tick.root, runner.tick.initiative_slug, runner.record, view)
+    if refusal is None:
+        return None
+    return runner.refuse(refusal.code, refusal.text)
