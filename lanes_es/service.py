@@ -202,20 +202,42 @@ class LanesService:
         current = initiative.current if initiative else None
         recorded = self.store.batch(current.batch_id) if current else None
         if current is not None and recorded is not None and not is_terminal(recorded.batch_state):
+            self._require_plan_unchanged(slug, recorded)
             return self._reconfirmation(slug, current, recorded, max_parallel, delegate_revisions)
-        if current is not None and recorded is None:
-            # Authorized but never ticked: confirm it again as it stands.
-            return self._reconfirmation(slug, current, None, max_parallel, delegate_revisions)
         plan = self.plan(slug)
+        batch_id = f"batch-{slug}-{uuid.uuid4()}"
+        if current is not None and recorded is None:
+            # Authorized but never ticked: confirm it again as it stands, or, when the plan moved
+            # since, confirm the new plan under the same (never started) batch id.
+            if plan["plan_digest"] == current.plan_digest:
+                return self._reconfirmation(slug, current, None, max_parallel, delegate_revisions)
+            batch_id = current.batch_id
         enrollable: list[ev.PlanChild] = plan["enrollable"]
         budget = ev.Budget(max_children=max_children or len(enrollable),
                            qa_failure_limit=qa_failure_limit or plan["budget"]["qa_failure_limit"])
         if budget.max_children > len(enrollable) or budget.max_children < 1:
             raise ServiceError("invalid_budget", f"max_children must be 1 to {len(enrollable)} (the enrollable children)")
-        return Confirmation(slug=slug, batch_id=f"batch-{slug}-{uuid.uuid4()}", resumes=False, plan=plan,
+        return Confirmation(slug=slug, batch_id=batch_id, resumes=False, plan=plan,
                             children=enrollable, plan_digest=plan["plan_digest"], base_head=self.adapters.head(self.root),
                             budget=budget, max_parallel=max_parallel or 1, final_verification=final_verification or None,
                             delegate_revisions=delegate_revisions)
+
+    def _require_plan_unchanged(self, slug: str, recorded: LaneBatch) -> None:
+        """A recorded batch runs the plan it was confirmed on; a changed plan is a new batch (upstream:
+        "a changed plan is not repaired by confirmation alone")."""
+        ports = self.adapters.tick_ports(self.root, slug)
+        own = [child["task_id"] for child in recorded.record["children"]]
+        try:
+            digest = observe_plan(self.root, slug, read_initiative=self.adapters.read_initiative,
+                                  batch_git=ports.batch_git, kernel=ports.kernel, own_tasks=own)["plan_digest"]
+        except (PortError, ValueError) as error:
+            digest = f"underivable ({error})"
+        if digest != recorded.record["plan_digest"]:
+            raise ServiceError("batch_plan_digest_changed",
+                               f"the Initiative or its intents changed after batch {recorded.id} was confirmed (the plan "
+                               f"is now {digest}, the batch runs {recorded.record['plan_digest']}); a batch never runs "
+                               f"another plan. Put the plan back as it was, or retire the batch with `lanes-es retire "
+                               f"{slug}` (its Lanes and commits are kept) and authorize the new plan as a new batch")
 
     def _reconfirmation(self, slug: str, current: ev.BatchAuthorized, recorded: LaneBatch | None,
                         max_parallel: int | None, delegate_revisions: bool) -> Confirmation:

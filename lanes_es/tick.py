@@ -26,7 +26,9 @@ from lanes_es.domain.report import (
 )
 from lanes_es.domain.scheduling import startable_children
 from lanes_es.ports import IntegrationError, IntegrationRequest, IntegrationChild, Lineage, PortError
-from lanes_es.tick_guards import refuse_unknown_leaks, stop_if_head_moved, stop_if_world_moved
+from lanes_es.tick_guards import (
+    refuse_if_plan_moved_before_start, refuse_unknown_leaks, stop_if_head_moved, stop_if_world_moved,
+)
 from lanes_es.tick_input import Persist, TickInput, TickPorts
 
 MAX_COORDINATOR_CORRECTIONS = 2
@@ -233,6 +235,9 @@ class LaneTick:
             if refusal:
                 code, _, detail = refusal.partition(": ")
                 return self.refuse(code, detail)
+        moved = refuse_if_plan_moved_before_start(self)
+        if moved is not None:
+            return moved
         # The branch may already sit at base_head: made by a preflight whose batch was never saved (a crash),
         # or left by the Initiative's settled batch. Checked out there, it is reused rather than refused.
         preflight = self.ports.batch_git.preflight(tick.root, tick.initiative_slug, tick.authorization.base_head,

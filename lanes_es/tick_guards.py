@@ -35,15 +35,21 @@ def working_tree_refusal(ports: Any, root: str, slug: str, record: dict[str, Any
     return decide_working_tree(view.entries, ports.leaks.plan(root, record, view.entries), slug)
 
 
+def observed_plan(ports: Any, root: str, slug: str, own_tasks: list[str], covered: str) -> tuple[str | None, str | None]:
+    """(digest now, why it cannot be derived); the covered digest when no plan observer is wired."""
+    if ports.plans is None:
+        return covered, None
+    try:
+        return ports.plans.current_digest(root, slug, own_tasks), None
+    except PortError as failure:
+        return None, str(failure)
+
+
 def observe_drift(ports: Any, root: str, slug: str, record: dict[str, Any], view: CoordinatorView) -> Drift | None:
     """The first reuse blocker that holds now, from the coordinator's view and its files."""
     covered = Covered.of(record)
-    digest, error = covered.plan_digest, None
-    if ports.plans is not None:
-        try:
-            digest = ports.plans.current_digest(root, slug, [child["task_id"] for child in record["children"]])
-        except PortError as failure:
-            digest, error = None, str(failure)
+    digest, error = observed_plan(ports, root, slug, [child["task_id"] for child in record["children"]],
+                                  covered.plan_digest)
     # The head is judged later, at the lineage check: an integration this batch made but did not
     # record (a crash) moves it too, and is adopted first (contracts §3.2 steps 9 and 11).
     return decide_drift(covered, Observed(plan_digest=digest, branch=view.branch, head=None, plan_error=error))
@@ -55,6 +61,8 @@ def stop_if_world_moved(runner: Any) -> Any:
     `runner` is the tick (its ports, input, batch, and its `refuse` / `park_all_in_flight`).
     """
     record = runner.record
+    if record["batch_state"] == "needs_human" and runner.tick.confirmation_time <= record["confirmation_time"]:
+        return None  # parked, and no confirmation since: nothing can move; the park's own report says so
     view = runner.view = runner.ports.lane_git.coordinator_view(runner.tick.root)
     refusal = working_tree_refusal(runner.ports, runner.tick.root, runner.tick.initiative_slug, record, view)
     if refusal is not None:
@@ -65,6 +73,19 @@ def stop_if_world_moved(runner: Any) -> Any:
     if runner.live.batch_state != "running":
         return runner.refuse(drift.code, f"{drift.detail}; {drift_next_action(runner.tick.initiative_slug)}")
     return runner.stop_on_drift(drift.reason, drift_next_action(runner.tick.initiative_slug))
+
+
+def refuse_if_plan_moved_before_start(runner: Any) -> Any:
+    """A new batch starts only on the plan its authorization covers: one that moved between
+    `authorize` and this first tick is refused (nothing is written); `authorize` again confirms it."""
+    tick = runner.tick
+    covered = Covered(plan_digest=tick.authorization.plan_digest, branch="", expected_head="")
+    digest, error = observed_plan(runner.ports, tick.root, tick.initiative_slug, [], covered.plan_digest)
+    drift = decide_drift(covered, Observed(plan_digest=digest, branch="", head=None, plan_error=error))
+    if drift is None:
+        return None
+    return runner.refuse(drift.code, f"{drift.detail}; run `lanes-es authorize {tick.initiative_slug}` to confirm "
+                                     f"the plan as it now stands")
 
 
 def stop_if_head_moved(runner: Any, head: str) -> Any:
