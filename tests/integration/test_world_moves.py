@@ -184,3 +184,67 @@ def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monke
     assert batch.record["commits"] == []  # s1 was delivered, but never integrated after the move
     assert git_out(root, "rev-parse", "imm/moves") == facts["head_after"]
     assert {path: Path(root, path).read_bytes().hex() for path in facts["files"]} == facts["files"]
+
+
+# ---------------------------------------------------------------- a move between any two ticks
+
+STOPPING = {"batch_plan_digest_changed", "batch_head_lineage_moved", "working_tree_unstaged"}
+NOT_AFTER_A_MOVE = {"LaneAdmitted", "Enrolled", "LaneCommitted", "Integrated"}
+
+
+def touch_only(root: str) -> dict[str, bytes]:
+    """A move that changes nothing the confirmation covers: the Initiative's file is rewritten as it was."""
+    path = Path(root, "docs/initiatives", next(Path(root, "docs/initiatives").iterdir()).name)
+    path.write_bytes(path.read_bytes())
+    os.utime(path, (1, 1))
+    return {}
+
+
+def play_until(engine: Engine, move_before: int, move: str) -> dict[str, Any]:
+    """Play steward and Executor tick after tick; before tick number `move_before`, make the move.
+    Returns what the move left and the batch as the log has it at the end."""
+    deliveries = {"s1": ("one.txt", "one\n"), "s2": ("two.txt", "two\n")}
+    offers: dict[str, str] = {}
+    moved: dict[str, Any] = {}
+    report: dict[str, Any] = {"batch_state": "running", "handoffs": []}
+    for number in range(12):
+        if number == move_before:
+            files = touch_only(engine.root) if move == "touch" else make_move(move, engine.root, engine.slug, "s2")
+            moved = {"files": files, "head": branch_head(engine) if engine.batch else None,
+                     "events": len(list(engine.service.store.events(engine.batch.id))) if engine.batch else 0,
+                     "terminal": report["batch_state"] not in ("running", "rejected")}
+        report = engine.tick(offers=offers)
+        offers = {}
+        if report["batch_state"] not in ("running",):
+            if number >= move_before:
+                break
+            continue
+        for handoff in report["handoffs"]:
+            if handoff.get("action") == "provision":
+                offers[handoff["task_id"]] = engine.provision(handoff["task_id"], report)
+            elif handoff["role"] == "executor" and handoff["next_obligation"] == "submit_assurance":
+                engine.deliver(handoff["task_id"], *deliveries[handoff["task_id"]])
+    return {**moved, "report": report}
+
+
+@pytest.mark.parametrize("move", ["touch", *sorted(EXPECTED)])
+def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_path, move):
+    """Issue 3's convergence, extended (issue 14): for every gap between two ticks of a two-task
+    batch, the move is made there; the engine either goes on because nothing it covers moved
+    ("touch") or stops with upstream's reason, and after the move no Lane is admitted, enrolled,
+    committed or integrated and no commit lands on the batch branch."""
+    # the batch settles after six ticks; a touch needs no more than two gaps to show it changes nothing
+    for gap in ((2, 4) if move == "touch" else range(1, 7)):
+        engine = make_engine(tmp_path / f"gap-{gap}", {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])})
+        engine.authorize(max_parallel=1)
+        outcome = play_until(engine, gap, move)
+        report, batch = outcome["report"], engine.batch
+        if move == "touch" or outcome["terminal"]:
+            assert batch.batch_state == "completed", (gap, report["reason"])
+            continue
+        assert report["reason"].split(":")[0] in STOPPING, (gap, report["reason"])
+        assert report["reason"].split(":")[0] == EXPECTED[move][1], (gap, report["reason"])
+        after = [type(e).__name__ for e in list(engine.service.store.events(batch.id))[outcome["events"]:]]
+        assert not NOT_AFTER_A_MOVE & set(after), (gap, after)
+        assert branch_head(engine) == outcome["head"], gap
+        assert files_now(engine, outcome["files"]) == outcome["files"], gap
