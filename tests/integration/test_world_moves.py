@@ -157,7 +157,7 @@ def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monke
     autopilot's next tick stops the batch with upstream's reason and nothing lands after the move."""
     from tests.gitfixtures import intent_json, make_repo
     from tests.engine import initiative_markdown
-    from tools.autopilot import run_autopilot
+    from lanes_es.steward.run import run_autopilot
     from tools.compose import build_service
 
     tasks = {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])}  # max_parallel 1: s2 waits for s1
