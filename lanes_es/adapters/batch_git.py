@@ -325,7 +325,7 @@ def _require_reviewed_delivery(lane_path: str, expected_head: str, tree: str, se
     """contracts §6.4 step 10: the tree about to be committed carries the change QA reviewed, nothing else."""
     if settled.delivery_identity is None:
         return  # a run settled before the identity was kept: nothing to compare with
-    if tree_delivery(lane_path, expected_head, tree) != settled.delivery_identity:
+    if tree_delivery(lane_path, expected_head, tree, settled.task_id, settled.scope_hint) != settled.delivery_identity:
         git(lane_path, "reset", "--quiet")  # unstage what this commit staged; the files stay as they are
         raise PortError(DELIVERY_DRIFTED)
 

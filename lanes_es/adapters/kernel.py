@@ -394,7 +394,7 @@ class ReferenceKernel:
     # ------------------------------------------------------------ advance steps
 
     def _run_qa(self, store: LaneStore, lane_path: str, record: TaskRecord) -> AdvanceResult:
-        reviewed = worktree_delivery(lane_path)  # what the verdict is about; the lane commit must still match it
+        reviewed = worktree_delivery(lane_path, record.task_id, list(record.intent_snapshot.get("scope_hint", [])))  # what the verdict is about; the lane commit must still match it
         verdict = run_acceptance_on_worktree(lane_path, record.task_id, record.intent_snapshot)
         at = self.clock()
         if not verdict.passed:

@@ -2,9 +2,11 @@
 
 upstream recomputes the reviewed delivery at the lane commit and refuses a commit whose
 change drifted from it (contracts §6.4 step 10: "batch commit drifted from the reviewed
-delivery identity"). Here the identity is the change against the Lane's base: each changed
-path with its new mode and blob, `.imm/` left out (the audit pair and the kernel store are
-written after the review), hashed in a canonical order.
+delivery identity"). Here the identity is the change against the Lane's base within the task's
+scope (as upstream's snapshot is taken over the scope): each changed path with its new mode and
+blob, `.imm/` left out (the audit pair and the kernel store are written after the review),
+hashed in a canonical order. A path outside the scope is no part of the delivery: the lane
+commit refuses it on its own (`dirty_outside_scope`).
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import hashlib
 import json
 from typing import Iterable
 
+from lanes_es.domain.intent import is_path_allowed_for_child
+
 DELIVERY_DRIFTED = "batch commit drifted from the reviewed delivery identity"
 
 
-def delivery_identity(changes: Iterable[tuple[str, str, str]]) -> str:
-    """`sha256:` over the sorted (path, new mode, new blob) of every change outside `.imm/`."""
+def delivery_identity(changes: Iterable[tuple[str, str, str]], task_id: str, scope_hint: list[str]) -> str:
+    """`sha256:` over the sorted (path, new mode, new blob) of every change in the scope, outside `.imm/`."""
     kept = sorted((path, mode, blob) for path, mode, blob in changes
-                  if path != ".imm" and not path.startswith(".imm/"))
+                  if path != ".imm" and not path.startswith(".imm/")
+                  and is_path_allowed_for_child(path, task_id, scope_hint))
     encoded = json.dumps(kept, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogateescape")
     return "sha256:" + hashlib.sha256(encoded).hexdigest()
 

@@ -386,7 +386,7 @@ def test_settled_evidence_names_the_done_run_and_its_audit_pair(world):
     assert evidence == SettledEvidence(task_id="task-a", run_id=run_id, lifecycle="done", goal="Deliver task-a",
                                        scope_hint=["a.txt"], record_path=f".imm/audit/task-a/{run_id}/task-record.json",
                                        proof_path=f".imm/audit/task-a/{run_id}/terminal-proof.json",
-                                       delivery_identity=worktree_delivery(lane))
+                                       delivery_identity=worktree_delivery(lane, "task-a", ["a.txt"]))
     # the identity QA reviewed: the Lane's change outside .imm/ (the audit pair came after the review)
     assert evidence.delivery_identity.startswith("sha256:")
 

@@ -1,6 +1,12 @@
-"""The delivery identity (contracts §6.4 step 10): a change's paths, modes and blobs, `.imm/` left out."""
+"""The delivery identity (contracts §6.4 step 10): a change's paths, modes and blobs in scope, `.imm/` left out."""
 
-from lanes_es.domain.delivery import delivery_identity, parse_raw_diff
+from lanes_es.domain.delivery import delivery_identity as identity_in_scope, parse_raw_diff
+
+SCOPE = ["src/a.txt", "src/b.txt", "src/c.txt"]
+
+
+def delivery_identity(changes):
+    return identity_in_scope(changes, "s1", SCOPE)
 
 A = ("src/a.txt", "100644", "1" * 40)
 B = ("src/b.txt", "100755", "2" * 40)
@@ -24,3 +30,8 @@ def test_raw_diff_tree_output_is_read_path_by_path():
     raw = (f":100644 100644 {'a' * 40} {'1' * 40} M\0src/a.txt\0"
            f":000000 100755 {'0' * 40} {'2' * 40} A\0src/b.txt\0").encode()
     assert parse_raw_diff(raw) == [A, B]
+
+
+def test_a_change_outside_the_scope_is_no_part_of_the_delivery():
+    stray = ("stray.txt", "100644", "5" * 40)
+    assert delivery_identity([A, B, stray]) == delivery_identity([A, B])
