@@ -15,6 +15,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
+from lanes_es.adapters.plan_observer import observe_plan
 from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, describe_holder
 from lanes_es.audit.anchor import AnchorRefused
 from lanes_es.audit.signing import KeyError_
@@ -23,7 +24,6 @@ from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.ids import batch_branch_name, is_valid_id
 from lanes_es.domain.initiative import Initiative
-from lanes_es.domain.plan import project_batch_plan
 from lanes_es.domain.record import IN_FLIGHT, is_terminal
 from lanes_es.domain.report import RETIRE_NEXT_ACTION, RETIRE_REASON, lane_report
 from lanes_es.ports import KernelError, PortError
@@ -184,22 +184,10 @@ class LanesService:
         _check_slug(slug)
         ports = self.adapters.tick_ports(self.root, slug)
         try:
-            observation = self.adapters.read_initiative(self.root, slug)
+            return observe_plan(self.root, slug, read_initiative=self.adapters.read_initiative,
+                                batch_git=ports.batch_git, kernel=ports.kernel)
         except PortError as error:
             raise ServiceError("plan_projection_failed", str(error)) from None
-        reads: dict[str, Any] = {}
-        settled: list[str] = []
-        for task in observation["tasks"]:
-            task_id = task["task_id"]
-            tombstone = ports.kernel.read_tombstone(self.root, task_id)
-            if tombstone is not None:
-                settled.append(task_id)
-            try:
-                reads[task_id] = ports.batch_git.read_intent(self.root, task_id, None)
-            except PortError as error:
-                reads[task_id] = str(error)
-        try:
-            return project_batch_plan(observation, reads, settled_tasks=settled)
         except ValueError as error:
             raise ServiceError("empty_enrollable_set" if "no enrollable" in str(error) else "plan_projection_failed",
                                str(error)) from None
@@ -214,20 +202,42 @@ class LanesService:
         current = initiative.current if initiative else None
         recorded = self.store.batch(current.batch_id) if current else None
         if current is not None and recorded is not None and not is_terminal(recorded.batch_state):
+            self._require_plan_unchanged(slug, recorded)
             return self._reconfirmation(slug, current, recorded, max_parallel, delegate_revisions)
-        if current is not None and recorded is None:
-            # Authorized but never ticked: confirm it again as it stands.
-            return self._reconfirmation(slug, current, None, max_parallel, delegate_revisions)
         plan = self.plan(slug)
+        batch_id = f"batch-{slug}-{uuid.uuid4()}"
+        if current is not None and recorded is None:
+            # Authorized but never ticked: confirm it again as it stands, or, when the plan moved
+            # since, confirm the new plan under the same (never started) batch id.
+            if plan["plan_digest"] == current.plan_digest:
+                return self._reconfirmation(slug, current, None, max_parallel, delegate_revisions)
+            batch_id = current.batch_id
         enrollable: list[ev.PlanChild] = plan["enrollable"]
         budget = ev.Budget(max_children=max_children or len(enrollable),
                            qa_failure_limit=qa_failure_limit or plan["budget"]["qa_failure_limit"])
         if budget.max_children > len(enrollable) or budget.max_children < 1:
             raise ServiceError("invalid_budget", f"max_children must be 1 to {len(enrollable)} (the enrollable children)")
-        return Confirmation(slug=slug, batch_id=f"batch-{slug}-{uuid.uuid4()}", resumes=False, plan=plan,
+        return Confirmation(slug=slug, batch_id=batch_id, resumes=False, plan=plan,
                             children=enrollable, plan_digest=plan["plan_digest"], base_head=self.adapters.head(self.root),
                             budget=budget, max_parallel=max_parallel or 1, final_verification=final_verification or None,
                             delegate_revisions=delegate_revisions)
+
+    def _require_plan_unchanged(self, slug: str, recorded: LaneBatch) -> None:
+        """A recorded batch runs the plan it was confirmed on; a changed plan is a new batch (upstream:
+        "a changed plan is not repaired by confirmation alone")."""
+        ports = self.adapters.tick_ports(self.root, slug)
+        own = [child["task_id"] for child in recorded.record["children"]]
+        try:
+            digest = observe_plan(self.root, slug, read_initiative=self.adapters.read_initiative,
+                                  batch_git=ports.batch_git, kernel=ports.kernel, own_tasks=own)["plan_digest"]
+        except (PortError, ValueError) as error:
+            digest = f"underivable ({error})"
+        if digest != recorded.record["plan_digest"]:
+            raise ServiceError("batch_plan_digest_changed",
+                               f"the Initiative or its intents changed after batch {recorded.id} was confirmed (the plan "
+                               f"is now {digest}, the batch runs {recorded.record['plan_digest']}); a batch never runs "
+                               f"another plan. Put the plan back as it was, or retire the batch with `lanes-es retire "
+                               f"{slug}` (its Lanes and commits are kept) and authorize the new plan as a new batch")
 
     def _reconfirmation(self, slug: str, current: ev.BatchAuthorized, recorded: LaneBatch | None,
                         max_parallel: int | None, delegate_revisions: bool) -> Confirmation:
@@ -397,20 +407,46 @@ class LanesService:
 
     # ------------------------------------------------------------ retire, rebuild
 
-    def retire(self, slug: str) -> dict[str, Any]:
-        """upstream's retire_stale_batch: the active record becomes `superseded`, refused while a child is in flight."""
+    def retire_target(self, slug: str) -> "RetireTarget":
+        """What `retire` would retire, read before the literal-user gate opens; every refusal comes here.
+
+        The record's exact bytes are kept: `retire` writes only when they are unchanged after
+        the gate (upstream's compare-and-swap, contracts §11.4).
+        """
         initiative = self.initiative(slug)
         current = initiative.current if initiative else None
         if current is None:
-            raise ServiceError("stale_batch_absent", f"Initiative {slug} has no active batch to retire")
-        with self._locked(current.batch_id, DEFAULT_LOCK_WAIT):
-            batch = self.store.batch(current.batch_id)
-            if batch is not None and is_terminal(batch.batch_state):
-                raise ServiceError("stale_batch_absent", f"batch {batch.id} is already {batch.batch_state}")
-            if batch is not None and batch.children_in(*IN_FLIGHT):
-                raise ServiceError("stale_batch_in_flight",
-                                   f"batch run state {batch.id} is {batch.batch_state} but a child is still mid-flight; "
-                                   f"let its Lanes settle (tick) or park them before retiring")
+            raise ServiceError("stale_batch_absent", f"Initiative {slug} has no active batch to retire; "
+                                                     f"`lanes-es authorize {slug}` starts a new one")
+        batch = self.store.batch(current.batch_id)
+        self._require_retirable(batch)
+        return RetireTarget(slug=slug, batch_id=current.batch_id, record_bytes=_record_bytes(batch))
+
+    @staticmethod
+    def _require_retirable(batch: LaneBatch | None) -> None:
+        if batch is not None and is_terminal(batch.batch_state):
+            raise ServiceError("stale_batch_absent", f"batch {batch.id} is already {batch.batch_state}")
+        if batch is not None and batch.children_in(*IN_FLIGHT):
+            raise ServiceError("stale_batch_in_flight",
+                               f"batch run state {batch.id} is {batch.batch_state} but a child is still mid-flight; "
+                               f"let its Lanes settle (tick) or park them before retiring")
+
+    def retire(self, slug: str, expected: "RetireTarget | None" = None) -> dict[str, Any]:
+        """upstream's retire_stale_batch: the active record becomes `superseded`, refused while a child is in flight.
+
+        With `expected` (the target read before the gate), the write is a compare-and-swap on
+        the record's exact bytes: a record that moved while the user was asked is not retired.
+        """
+        target = expected or self.retire_target(slug)
+        with self._locked(target.batch_id, DEFAULT_LOCK_WAIT):
+            initiative = self.initiative(slug)
+            current = initiative.current if initiative else None
+            batch = self.store.batch(target.batch_id)
+            if current is None or current.batch_id != target.batch_id or _record_bytes(batch) != target.record_bytes:
+                raise ServiceError("plan_changed", f"batch run state {target.batch_id} changed while the user was "
+                                                   f"deciding; nothing was retired. Run `lanes-es retire {slug}` "
+                                                   f"again to decide on the record as it now stands")
+            self._require_retirable(batch)
             now = self.now()
             if batch is not None:
                 batch.supersede(now, RETIRE_REASON, RETIRE_NEXT_ACTION)
@@ -444,6 +480,20 @@ class LanesService:
             else:
                 found[batch_id] = [str(path) for path in materialize(self.root, documents)]
         return found
+
+
+@dataclass(frozen=True)
+class RetireTarget:
+    """The active batch as read before the retire gate: its id and the exact bytes of its record."""
+
+    slug: str
+    batch_id: str
+    record_bytes: bytes
+
+
+def _record_bytes(batch: LaneBatch | None) -> bytes:
+    """The v2 record's canonical bytes as the log has them (empty for a batch authorized but never ticked)."""
+    return documents_of(batch).record_bytes() if batch is not None else b""
 
 
 @dataclass
@@ -487,5 +537,5 @@ def _check_slug(slug: str) -> None:
                                            f"(at most 128, starting with a letter or digit)")
 
 
-__all__ = ["LanesService", "ServiceError", "BatchBusy", "DEFAULT_LOCK_WAIT", "TickResult", "Confirmation", "LaneOfferInput", "InstructionInput",
+__all__ = ["LanesService", "ServiceError", "BatchBusy", "DEFAULT_LOCK_WAIT", "TickResult", "Confirmation", "RetireTarget", "LaneOfferInput", "InstructionInput",
            "RevisionInput", "EXIT_OK", "EXIT_INTERNAL", "EXIT_REJECTED", "EXIT_STOPPED"]

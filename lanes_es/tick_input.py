@@ -68,9 +68,17 @@ class Persist(Protocol):
 
 
 class LeakRestorer(Protocol):
+    def plan(self, root: str, record: dict[str, Any], entries: list[tuple[str, str]]) -> Any:
+        """Each dirty path's Lane of origin (list of ProvablePath), or the first Unprovable path; reads only."""
+
     def restore(self, root: str, record: dict[str, Any], entries: list[tuple[str, str]],
                 now: str) -> tuple[str, list[ev.RestoredPath]] | None:
         """Restore coordinator files provably written by a Lane; (backup, paths) or None."""
+
+
+class PlanObserver(Protocol):
+    def current_digest(self, root: str, slug: str, own_tasks: Any) -> str:
+        """The plan digest the coordinator's Initiative and intents give now; PortError when underivable."""
 
 
 class RuntimeContracts(Protocol):
@@ -97,4 +105,5 @@ class TickPorts:
     leaks: LeakRestorer | None = None
     runtime_contracts: RuntimeContracts | None = None
     revisions: Revisions | None = None
+    plans: PlanObserver | None = None
     extra: dict[str, Any] = field(default_factory=dict)

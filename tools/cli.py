@@ -71,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(commands)
     _add_rebuild(commands)
     _add_retire(commands)
-    for module in ("tools.task_cli", "tools.audit_cli", "tools.anchor_cli", "tools.batches_cli", "tools.demo",
-                   "tools.bench", "tools.autopilot", "tools.mcp_server"):
+    for module in ("tools.task_cli", "tools.intent_cli", "tools.audit_cli", "tools.anchor_cli", "tools.batches_cli",
+                   "tools.demo", "tools.bench", "tools.autopilot", "tools.mcp_server"):
         _register_optional(module, commands)
     return parser
 
@@ -414,12 +414,14 @@ def _add_retire(commands: Any) -> None:
 
 
 def _retire(args: argparse.Namespace) -> int:
+    service = service_of(args)
+    target = service.retire_target(args.slug)  # refusals before the gate; the record's bytes for the CAS
     if not args.yes:
         if not sys.stdin.isatty():
             raise ServiceError("confirmation_port_unavailable", "no terminal to ask on; run again with --yes")
-        if input(f"Retire the active batch of {args.slug}? [y/N] ").strip().lower() not in ("y", "yes"):
+        if input(f"Retire batch {target.batch_id} of {args.slug}? [y/N] ").strip().lower() not in ("y", "yes"):
             raise ServiceError("confirmation_declined", "nothing was retired")
-    report = service_of(args).retire(args.slug)
+    report = service.retire(args.slug, target)
     _print(report, args.json, lambda r: f"batch {r['batch_id']}: superseded\n{r.get('reason', '')}")
     return 0
 

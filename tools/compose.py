@@ -19,6 +19,7 @@ from lanes_es.adapters.initiative_reader import read_local_initiative
 from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.adapters.lane_git import GitLanes
 from lanes_es.adapters.leak_restore import GitLeakRestorer
+from lanes_es.adapters.plan_observer import CoordinatorPlan
 from lanes_es.adapters.runtime_contracts import ManifestRuntimeContracts
 from lanes_es.adapters.tracker import CommandTracker
 from lanes_es.adapters.store import EventStore, store_url_from_env
@@ -77,11 +78,13 @@ class RealAdapters:
 
     def tick_ports(self, root: str, slug: str) -> TickPorts:
         kernel = ReferenceKernel(clock=self.clock)
+        batch_git = GitBatch()
         command = os.environ.get("LANES_ES_TRACKER_COMMAND")
-        return TickPorts(kernel=kernel, batch_git=GitBatch(), lane_git=GitLanes(), verifier=ProcessVerifier(),
+        return TickPorts(kernel=kernel, batch_git=batch_git, lane_git=GitLanes(), verifier=ProcessVerifier(),
                          tracker=CommandTracker(command) if command else None, leaks=GitLeakRestorer(),
                          runtime_contracts=ManifestRuntimeContracts(),
-                         revisions=kernel if hasattr(kernel, "apply_delegated_revision") else None)
+                         revisions=kernel if hasattr(kernel, "apply_delegated_revision") else None,
+                         plans=CoordinatorPlan(read_local_initiative, batch_git, kernel))
 
     def head(self, root: str) -> str:
         result = git_ok(root, "rev-parse", "--verify", "HEAD^{commit}")

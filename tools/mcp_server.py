@@ -36,8 +36,7 @@ from lanes_es.domain.inputs import (
     InvalidInput, parse_final_verification, parse_lane_instruction, parse_lane_offers, parse_lane_revision,
     parse_max_parallel, resolve_lane_parallel,
 )
-from lanes_es.domain.record import IN_FLIGHT, is_terminal
-from lanes_es.service import BatchBusy, Confirmation, LanesService, ServiceError
+from lanes_es.service import BatchBusy, Confirmation, LanesService, RetireTarget, ServiceError
 from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
 from projections.timeline import timeline
 from lanes_es.steward.confirmation import (
@@ -59,7 +58,7 @@ RECOVERY = {
                             "add or fix tasks, then call {start} again.",
     "plan_projection_failed": "Fix the Initiative file or the task intents it names, then call {start} again.",
     "batch_parallel_mismatch": "Call {start} again without max_parallel, or with the recorded value.",
-    "plan_changed": "Call {start} again: the user confirms the plan as it is now.",
+    "plan_changed": "Call {tool} again: the user decides on the facts as they are now.",
     "batch_authorization_invalid": "Call {start} with max_parallel: the user confirms a batch first.",
     "confirmation_failed": "Call {start} again for a fresh confirmation.",
     "uncommitted_head": "Commit the base in the coordinator checkout, then call {start} again.",
@@ -262,25 +261,12 @@ class BatchTools:
 
     # ------------------------------------------------------------ retire_stale_batch
 
-    def retire_target(self, arguments: dict[str, Any]) -> tuple[str, str]:
-        """(slug, batch id) to retire; every refusal comes here, before the gate opens."""
-        slug = _slug_argument(arguments)
-        initiative = self.service.initiative(slug)
-        current = initiative.current if initiative else None
-        if current is None:
-            raise ServiceError("stale_batch_absent", f"Initiative {slug} has no active batch to retire")
-        batch = self.service.store.batch(current.batch_id)
-        if batch is not None and is_terminal(batch.batch_state):
-            raise ServiceError("stale_batch_absent", f"batch {batch.id} has already reached a terminal state "
-                                                     f"({batch.batch_state})")
-        if batch is not None and batch.children_in(*IN_FLIGHT):
-            raise ServiceError("stale_batch_in_flight",
-                               f"batch run state {batch.id} is {batch.batch_state} but a child is still mid-flight; "
-                               f"settle or stop the in-flight child (tick until its Lane settles) before retiring")
-        return slug, current.batch_id
+    def retire_target(self, arguments: dict[str, Any]) -> RetireTarget:
+        """The batch to retire and its record's bytes; every refusal comes here, before the gate opens."""
+        return self.service.retire_target(_slug_argument(arguments))
 
-    def retire(self, slug: str) -> Outcome:
-        report = self.service.retire(slug)
+    def retire(self, target: RetireTarget) -> Outcome:
+        report = self.service.retire(target.slug, target)
         return Outcome({"state": "retired", "batch_id": report["batch_id"], "report": report})
 
     # ------------------------------------------------------------ reading
@@ -442,7 +428,8 @@ class McpBatchServer:
         return self.tools.authorize_and_tick(args, again, answer)
 
     async def retire(self, ctx: Any, params: Any, arguments: dict[str, Any]) -> Outcome | Any:
-        slug, batch_id = self.tools.retire_target(arguments)
+        target = self.tools.retire_target(arguments)
+        slug, batch_id = target.slug, target.batch_id
         message = (f"Retire batch {batch_id} of Initiative {slug}? It becomes superseded: it grants no more handoffs "
                    f"or child delivery, and its record, commits and Lanes are kept.")
         answer = await self.ask(ctx, params, RETIRE_KEY, message, confirm_schema(False),
@@ -455,10 +442,7 @@ class McpBatchServer:
             return answer
         if not answer.confirmed:
             return _declined(answer, RETIRE)
-        if self.tools.retire_target(arguments)[1] != batch_id:
-            return refusal("plan_changed", "the active batch changed while the user was deciding; nothing was retired",
-                           f"Call {RETIRE} again.")
-        return self.tools.retire(slug)
+        return self.tools.retire(target)  # a record that moved during the gate is refused as plan_changed
 
     async def ask(self, ctx: Any, params: Any, key: str, message: str, schema: dict[str, Any],
                   state: dict[str, Any]) -> Answer | str | Any:

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from lanes_es.adapters.delivery import tree_delivery
 from lanes_es.adapters.git import DEFAULT_AUTHOR_NAME, batch_identity_env, git, git_ok
 from lanes_es.adapters.lane_git import (
     BATCH_TRAILER,
@@ -30,6 +31,7 @@ from lanes_es.adapters.lane_git import (
     real_path,
 )
 from lanes_es.domain.audit_pair import audit_paths, verify_pair
+from lanes_es.domain.delivery import DELIVERY_DRIFTED
 from lanes_es.domain.ids import batch_branch_name, format_timestamp, is_valid_id
 from lanes_es.domain.intent import canonical_intent_hash, is_path_allowed_for_child, parse_task_intent
 from lanes_es.domain.jstext import parse_json
@@ -61,6 +63,7 @@ class SettledEvidence(msgspec.Struct, frozen=True, kw_only=True):
     scope_hint: list[str]
     record_path: str
     proof_path: str
+    delivery_identity: str | None = None  # what the passing QA reviewed (lanes_es/domain/delivery.py)
 
 
 class LookupRecord(msgspec.Struct, frozen=True):
@@ -177,6 +180,7 @@ class GitBatch:
         # Durable before the commit: the tree about to be committed, so that a crash before the
         # evidence file below still leaves proof that the commit is this runner's (see the lookup).
         tree = git(lane_path, "write-tree").text
+        _require_reviewed_delivery(lane_path, expected_head, tree, settled)
         _write_state_document(lane_path, _intent_path(batch_id, task_id), {
             "contract": COMMIT_INTENT_CONTRACT, "batch_id": batch_id, "task_id": task_id, "tree": tree,
             "parent_head": expected_head})
@@ -315,6 +319,15 @@ def _refused(reason: str, message: str) -> PreflightResult:
 def _listed(paths: list[str], limit: int = 5) -> str:
     shown = ", ".join(paths[:limit])
     return shown + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+def _require_reviewed_delivery(lane_path: str, expected_head: str, tree: str, settled: SettledEvidence) -> None:
+    """contracts §6.4 step 10: the tree about to be committed carries the change QA reviewed, nothing else."""
+    if settled.delivery_identity is None:
+        return  # a run settled before the identity was kept: nothing to compare with
+    if tree_delivery(lane_path, expected_head, tree, settled.task_id, settled.scope_hint) != settled.delivery_identity:
+        git(lane_path, "reset", "--quiet")  # unstage what this commit staged; the files stay as they are
+        raise PortError(DELIVERY_DRIFTED)
 
 
 def _require_batch_id(batch_id: str) -> None:

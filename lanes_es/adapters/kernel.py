@@ -37,6 +37,7 @@ import msgspec
 from lanes_es.adapters.batch_git import SettledEvidence
 from lanes_es.adapters.files import write_atomic
 from lanes_es.adapters.git import git, git_ok
+from lanes_es.adapters.delivery import worktree_delivery
 from lanes_es.adapters.qa import Finding, Verdict, run_acceptance_on_worktree
 from lanes_es.domain.audit_pair import (
     AUDIT_DIR,
@@ -119,6 +120,7 @@ class HistoryEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     authority: Authority | msgspec.UnsetType = msgspec.UNSET
     from_revision: int | msgspec.UnsetType = msgspec.UNSET
     to_revision: int | msgspec.UnsetType = msgspec.UNSET
+    diff_hash: str | msgspec.UnsetType = msgspec.UNSET  # a QA pass: the delivery identity it reviewed
 
 
 class TaskRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -258,7 +260,8 @@ class ReferenceKernel:
         return SettledEvidence(task_id=task_id, run_id=record.run_id, lifecycle=record.lifecycle,
                                goal=str(record.intent_snapshot.get("goal", "")),
                                scope_hint=list(record.intent_snapshot.get("scope_hint", [])),
-                               record_path=record_path, proof_path=proof_path)
+                               record_path=record_path, proof_path=proof_path,
+                               delivery_identity=_reviewed_delivery(record))
 
     def read_tombstone(self, root: str, task_id: str) -> Tombstone | None:
         """The task's terminal proof under `<root>/.imm/audit/<task>/` (one run dir, else flat); None when absent."""
@@ -391,6 +394,7 @@ class ReferenceKernel:
     # ------------------------------------------------------------ advance steps
 
     def _run_qa(self, store: LaneStore, lane_path: str, record: TaskRecord) -> AdvanceResult:
+        reviewed = worktree_delivery(lane_path, record.task_id, list(record.intent_snapshot.get("scope_hint", [])))  # what the verdict is about; the lane commit must still match it
         verdict = run_acceptance_on_worktree(lane_path, record.task_id, record.intent_snapshot)
         at = self.clock()
         if not verdict.passed:
@@ -398,7 +402,7 @@ class ReferenceKernel:
                             decision="rework", findings=list(verdict.findings))
             store.write_record(record)
             return AdvanceResult(state="rework", operation="qa", reason=_findings_text(verdict.findings))
-        record = _moved(record, at, "qa", decision="pass")
+        record = _moved(record, at, "qa", decision="pass", diff_hash=reviewed)
         if record.risk == "routine":
             return self._complete(store, lane_path, record, at)
         operation_id = f"review-{uuid.uuid4()}"
@@ -445,6 +449,14 @@ def _moved(record: TaskRecord, at: str, kind: str, *, lifecycle: str | None = No
     entry = HistoryEntry(type=kind, at=at, from_state=record.state, to_state=changed.state, **detail)
     return msgspec.structs.replace(changed, record_revision=record.record_revision + 1,
                                    history=[*record.history, entry])
+
+
+def _reviewed_delivery(record: TaskRecord) -> str | None:
+    """The delivery identity the last passing QA reviewed (None for a record from before it was kept)."""
+    for entry in reversed(record.history):
+        if entry.type == "qa" and entry.decision == "pass":
+            return entry.diff_hash if isinstance(entry.diff_hash, str) else None
+    return None
 
 
 def _review_ready(record: TaskRecord) -> AdvanceResult:

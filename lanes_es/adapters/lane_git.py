@@ -375,9 +375,9 @@ class GitLanes:
         if not tree:
             raise GitFailure(f"failed to build integration candidate: {merged.error_text or 'no tree produced'}")
         meta = git(root, "log", "-n", "1", "--format=%an%x00%ae%x00%aI%x00%B", lane).stdout
+        # The message is log's %B output taken raw, newline terminator included, as upstream passes it
+        # to commit-tree (contracts §6.6); commit-tree stores it byte for byte.
         name, email, date, message = meta.split(b"\0", 3)
-        # %B is the raw message; log's format adds one newline after it.
-        message = message[:-1] if message.endswith(b"\n") else message
         env = {**batch_identity_env(), "GIT_AUTHOR_NAME": name.decode("utf-8", "surrogateescape"),
                "GIT_AUTHOR_EMAIL": email.decode("utf-8", "surrogateescape"),
                "GIT_AUTHOR_DATE": date.decode("ascii", "replace")}

@@ -12,25 +12,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lanes_es.adapters.git import git, git_ok
 from lanes_es.domain import events as ev
-
-
-@dataclass(frozen=True)
-class Unprovable:
-    path: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class ProvablePath:
-    path: str
-    kind: str  # "modified" | "untracked"
-    lane_task_id: str
+from lanes_es.domain.working_tree import ProvablePath, Unprovable, leak_kind
 
 
 def plan_lane_leak_restore(root: str, record: dict[str, Any],
@@ -38,14 +25,9 @@ def plan_lane_leak_restore(root: str, record: dict[str, Any],
     """Every entry's Lane of origin, or the first path that cannot be proven."""
     planned: list[ProvablePath] = []
     for code, path in entries:
-        if path == ".imm" or path.startswith(".imm/"):
-            return Unprovable(path, "Immune-Brain state is never restored")
-        if code == "??":
-            kind = "untracked"
-        elif code == " M":
-            kind = "modified"
-        else:
-            return Unprovable(path, f"status {code} is not a Lane write")
+        kind = leak_kind(code, path)
+        if isinstance(kind, Unprovable):
+            return kind
         blob = _hash_file(root, path)
         if blob is None:
             return Unprovable(path, "its bytes cannot be read")
@@ -92,7 +74,12 @@ def _on_lane_branch(root: str, lane: dict[str, Any], path: str, blob: str) -> bo
 
 
 class GitLeakRestorer:
-    """The tick's LeakRestorer port: plan, back up, then restore."""
+    """The tick's LeakRestorer port: plan (the preflight's classification), back up, then restore."""
+
+    def plan(self, root: str, record: dict[str, Any],
+             entries: list[tuple[str, str]]) -> list[ProvablePath] | Unprovable:
+        """Each dirty path's Lane of origin, or the first path of unknown origin; reads only."""
+        return plan_lane_leak_restore(root, record, entries)
 
     def restore(self, root: str, record: dict[str, Any], entries: list[tuple[str, str]],
                 now: str) -> tuple[str, list[ev.RestoredPath]] | None:

@@ -10,7 +10,9 @@ from lanes_es.domain.record import IN_FLIGHT, consumed_slots, expected_batch_hea
 from lanes_es.domain.report import (
     NEXT_FINAL_VERIFICATION_FAILED, NEXT_REVIEW, RELEASE_SUFFIX, lane_report, review_reason, running_next_action,
 )
-from lanes_es.tick.context import TickContext
+from lanes_es.tick import reconcile
+from lanes_es.tick.context import TickContext, TickFinished
+from lanes_es.tick.guards import refuse_unknown_leaks
 from lanes_es.tick.qa import MAX_COORDINATOR_CORRECTIONS
 
 
@@ -42,6 +44,10 @@ def settle_or_report(ctx: TickContext) -> dict[str, Any]:
 
 
 def complete(ctx: TickContext) -> dict[str, Any]:
+    refused = refuse_unknown_leaks(ctx)  # the working-tree preflight once more, before `completed`
+    if refused is not None:
+        raise TickFinished(refused.report)
+    reconcile.restore_leaks(ctx)  # a Lane's write that leaked during this tick
     final = None
     commands = ctx.record.get("final_verification")
     if commands:

@@ -6,6 +6,7 @@ from lanes_es.domain.authority import AuthorizationError
 from lanes_es.domain.record import expected_batch_head
 from lanes_es.ports import Lineage
 from lanes_es.tick.context import TickContext, TickFinished
+from lanes_es.tick.guards import stop_if_head_moved
 
 
 def replace_grant(ctx: TickContext, new_batch: bool) -> None:
@@ -23,7 +24,7 @@ def replace_grant(ctx: TickContext, new_batch: bool) -> None:
 
 def restore_leaks(ctx: TickContext) -> None:
     """Step 7: Lane writes leaked into the coordinator checkout, restored only when every path is provably a Lane's."""
-    view = ctx.view = ctx.ports.lane_git.coordinator_view(ctx.tick.root)
+    view = ctx.view = ctx.view or ctx.ports.lane_git.coordinator_view(ctx.tick.root)
     if ctx.ports.leaks is None or not view.entries:
         return
     restored = ctx.ports.leaks.restore(ctx.tick.root, ctx.record, view.entries, ctx.now)
@@ -71,6 +72,9 @@ def check_lineage(ctx: TickContext) -> None:
     if lineage.kind == "broken":
         raise TickFinished(ctx.fail_lineage(lineage.message))
     if lineage.kind == "fast_forward":
+        stopped = stop_if_head_moved(ctx, lineage.head)  # someone else's: adopted only under a fresh confirmation
+        if stopped is not None:
+            raise TickFinished(stopped.report)
         ctx.live.adopt_head(ctx.now, expected, lineage.head)
         ctx.persist()
     ctx.lineage = Lineage(kind="equal", head=lineage.head)

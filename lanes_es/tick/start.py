@@ -12,6 +12,7 @@ from lanes_es.domain.plan import compute_batch_plan_digest
 from lanes_es.domain.record import is_terminal
 from lanes_es.domain.report import LANE_NEEDS_HUMAN_NEXT_ACTION
 from lanes_es.tick import complete, tracker
+from lanes_es.tick.guards import refuse_if_plan_moved_before_start, stop_if_world_moved
 from lanes_es.tick.context import PlanMismatch, TickContext, TickOutcome
 
 PARALLEL_MISMATCH = "batch_parallel_mismatch"
@@ -55,6 +56,9 @@ def start_new(ctx: TickContext) -> TickOutcome | None:
         if refusal:
             code, _, detail = refusal.partition(": ")
             return ctx.refuse(code, detail)
+    moved = refuse_if_plan_moved_before_start(ctx)
+    if moved is not None:
+        return moved
     # The branch may already sit at base_head: made by a preflight whose batch was never saved (a crash),
     # or left by the Initiative's settled batch. Checked out there, it is reused rather than refused.
     preflight = ctx.ports.batch_git.preflight(tick.root, tick.initiative_slug, tick.authorization.base_head,
@@ -78,6 +82,9 @@ def resume_recorded(ctx: TickContext) -> TickOutcome | None:
     state = ctx.live.batch_state
     if is_terminal(state):
         return replay_terminal(ctx, state)
+    stopped = stop_if_world_moved(ctx)  # the working-tree preflight, then what the confirmation covered
+    if stopped is not None:
+        return stopped
     if state == "needs_human":
         return resume_park(ctx)
     return None

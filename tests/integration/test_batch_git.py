@@ -477,3 +477,35 @@ def test_a_commit_interrupted_before_its_evidence_is_recognized_by_its_intent(la
                    "tree": tree, "parent_head": base}, handle)
     assert git_batch.lookup_batch_commit(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence()) == commit
     assert os.path.exists(evidence) and not os.path.exists(intent)
+
+
+def test_a_lane_commit_whose_change_drifted_from_the_reviewed_delivery_is_refused(tmp_path):
+    """contracts §6.4 step 10 and §5 (Commit): QA reviewed one delivery; the Executor changed an
+    in-scope file while the Review was open; the lane commit is refused with upstream's text, the
+    Lane's HEAD is unmoved, its files are as the Executor left them, and the child parks."""
+    from lanes_es.domain.delivery import DELIVERY_DRIFTED
+    from tests.engine import Task
+    from tests.engine_more import enroll, make_engine
+    from tests.gitfixtures import git_out
+
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"], risk="material")})
+    engine.authorize()
+    enroll(engine, "s1")
+    engine.deliver("s1", "one.txt", "reviewed\n")
+    report = engine.tick()
+    assert report["reason"] == "child s1 holds an open Review reservation"
+    lane = engine.lane("s1")
+    base = git_out(lane, "rev-parse", "HEAD")
+    with open(os.path.join(lane, "one.txt"), "w") as handle:
+        handle.write("changed after the review\n")
+    from lanes_es.adapters.kernel import ReferenceKernel
+
+    ReferenceKernel(clock=engine.service.now).review(lane, approve=True, text="ok")
+    report = engine.tick()
+    assert engine.states() == ["needs_human"]
+    assert report["batch_state"] == "needs_human"
+    assert report["reason"] == DELIVERY_DRIFTED == "batch commit drifted from the reviewed delivery identity"
+    assert git_out(lane, "rev-parse", "HEAD") == base
+    assert open(os.path.join(lane, "one.txt")).read() == "changed after the review\n"
+    assert git_out(lane, "diff", "--cached", "--name-only") == ""  # what the commit staged is unstaged
+    assert engine.batch.record["commits"] == []

@@ -127,6 +127,9 @@ def test_conflict_and_broken_sibling_acceptance_park_with_the_branch_unmoved(tmp
     for task_id, path in [("alpha", "alpha.txt"), ("breaker", "breaker.txt"), ("conflict", "base.txt"),
                           ("disjoint", "disjoint.txt")]:
         engine.deliver(task_id, path, f"{task_id}\n")
+    # the user's commit moved the batch branch: the batch stops until a fresh confirmation adopts it
+    assert engine.tick()["reason"].startswith("batch_head_lineage_moved: ")
+    engine.authorize(max_parallel=4)
     report = engine.tick()
     children = {c["task_id"]: c for c in report["children"]}
     assert report["batch_state"] == "needs_human"
@@ -158,6 +161,8 @@ def test_a_candidate_that_lost_the_lane_change_fails_the_identity_check(tmp_path
     engine.deliver("task-a", "g.txt", "same\n")
     # the batch branch gains the identical edit, so the replayed Lane change comes out different
     before = commit_on_batch_branch(engine, "g.txt", "same\n")
+    assert engine.tick()["reason"].startswith("batch_head_lineage_moved: ")
+    engine.authorize()  # the moved head, confirmed
     report = engine.tick()
     child = report["children"][0]
     assert child["state"] == "needs_human"

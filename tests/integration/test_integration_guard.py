@@ -5,6 +5,7 @@ rerun on the materialized candidate, fast-forward; every refusal leaves everythi
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 
 import pytest
@@ -139,8 +140,16 @@ def test_the_candidate_keeps_the_lane_message_and_author_and_takes_the_batch_com
     assert git_out(repo, "log", "-1", f"--format={fmt}", landed).split("\n") == [
         "Lane Author", "lane@example.invalid", "2021-02-03T04:05:06+07:00", "Immune-Brain Batch",
         "immune-brain@local"]
-    raw_message = lambda commit: git_out(repo, "cat-file", "commit", commit).split("\n\n", 1)[1]  # noqa: E731
-    assert raw_message(landed) == raw_message(lane_commit) == message.rstrip("\n")
+    stored = lambda commit: subprocess.run(["git", "-C", repo, "cat-file", "commit", commit], check=True,  # noqa: E731
+                                           capture_output=True).stdout.split(b"\n\n", 1)[1]
+    assert stored(lane_commit) == message.encode()
+    # contracts §6.6: the candidate's message is `git log -n 1 --format=%B <lane_commit>` taken raw,
+    # that is the lane commit's message followed by the newline log ends its format with
+    percent_b = subprocess.run(["git", "-C", repo, "log", "-n", "1", "--format=%B", lane_commit], check=True,
+                               capture_output=True).stdout
+    assert percent_b == message.encode() + b"\n"
+    assert stored(landed) == percent_b
+    assert git_out(repo, "log", "-1", "--format=%(trailers:key=Immune-Brain-Batch,valueonly)", landed) == "batch-001"
 
 
 def test_the_committer_follows_the_environment(tmp_path, repo, lanes, monkeypatch):

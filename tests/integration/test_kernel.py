@@ -14,6 +14,7 @@ import pytest
 
 from lanes_es.adapters.batch_git import GitBatch, SettledEvidence
 from lanes_es.adapters.git import STATS
+from lanes_es.adapters.delivery import worktree_delivery
 from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.domain import events as ev
 from lanes_es.domain.audit_pair import verify_pair
@@ -384,7 +385,10 @@ def test_settled_evidence_names_the_done_run_and_its_audit_pair(world):
     run_id = world.kernel.project_task(lane, "task-a").run_id
     assert evidence == SettledEvidence(task_id="task-a", run_id=run_id, lifecycle="done", goal="Deliver task-a",
                                        scope_hint=["a.txt"], record_path=f".imm/audit/task-a/{run_id}/task-record.json",
-                                       proof_path=f".imm/audit/task-a/{run_id}/terminal-proof.json")
+                                       proof_path=f".imm/audit/task-a/{run_id}/terminal-proof.json",
+                                       delivery_identity=worktree_delivery(lane, "task-a", ["a.txt"]))
+    # the identity QA reviewed: the Lane's change outside .imm/ (the audit pair came after the review)
+    assert evidence.delivery_identity.startswith("sha256:")
 
 
 def test_the_lane_commit_carries_the_kernels_audit_pair(world):

@@ -80,9 +80,16 @@ def not_the_lanes_bytes(engine: Engine) -> None:
     write_file(engine.root, "base.txt", "the user's edit\n")
 
 
-@pytest.mark.parametrize("dirty", [dot_imm, unknown_origin, staged_user_work, not_the_lanes_bytes])
-def test_nothing_is_touched_when_any_path_is_not_provably_a_lanes(tmp_path, dirty: Callable[[Engine], None]):
-    # LANE-LEAK-06
+@pytest.mark.parametrize("dirty, path, why", [
+    (dot_imm, ".imm/notes.txt", "Immune-Brain state is never restored"),
+    (unknown_origin, "stray.txt", "its bytes match no Lane of this batch"),
+    (staged_user_work, "base.txt", "status M  is not a Lane write"),
+    (not_the_lanes_bytes, "base.txt", "its bytes match no Lane of this batch"),
+], ids=["dot_imm", "unknown_origin", "staged_user_work", "not_the_lanes_bytes"])
+def test_nothing_is_touched_when_any_path_is_not_provably_a_lanes(tmp_path, dirty: Callable[[Engine], None],
+                                                                  path: str, why: str):
+    """LANE-LEAK-06, and upstream's preflight (contracts §9.2 step 1, §5 `working_tree_unstaged`): the
+    tick refuses, naming the path and why, touches no file, and never tells the user to `git add`."""
     engine = leaking_lane(tmp_path)
     dirty(engine)
     status = porcelain(engine.root)
@@ -90,7 +97,13 @@ def test_nothing_is_touched_when_any_path_is_not_provably_a_lanes(tmp_path, dirt
     cached = git_out(engine.root, "diff", "--cached", "--name-only")
     before = state_bytes(engine)
     report = engine.tick()
-    assert report["batch_state"] == "running"
+    assert report["batch_state"] == "rejected"
+    assert report["reason"].startswith(
+        f"working_tree_unstaged: branch preflight failed: working tree has unstaged or untracked changes "
+        f"(not restored: {path}: {why}); {path} is not a write of this batch's Lanes")
+    assert "git add" not in report["reason"] + report["next_action"]
+    assert engine.batch.batch_state == "running"
+    assert type(list(engine.service.store.events(engine.batch.id))[-1]).__name__ == "TickRejected"
     assert porcelain(engine.root) == status
     assert {path: Path(engine.root, path).read_bytes() for path in files} == files
     assert git_out(engine.root, "diff", "--cached", "--name-only") == cached

@@ -18,13 +18,25 @@ from tests.gitfixtures import git_out, run_git
 pytestmark = pytest.mark.usefixtures("store_url")
 
 
+def moved_then_confirmed(engine: Engine, moved_from: str, moved_to: str) -> dict:
+    """A user's fast-forward stops the batch (contracts §11.1 `batch_head_lineage_moved`); a fresh
+    confirmation adopts it."""
+    report = engine.tick()
+    assert report["batch_state"] == "needs_human"
+    assert report["reason"] == (f"batch_head_lineage_moved: imm/{engine.slug} moved from {moved_from} to {moved_to} "
+                                f"outside this batch")
+    assert "adopted_heads" not in engine.batch.record or engine.batch.record["adopted_heads"][-1]["to"] != moved_to
+    engine.authorize()
+    return engine.tick()
+
+
 def test_user_fast_forwards_are_adopted_and_the_completed_chain_verifies(tmp_path):
-    """Ports LANE-LCM-03 and LANE-LIN-02."""
+    """Ports LANE-LCM-03 and LANE-LIN-02; each fast-forward is adopted under a fresh confirmation."""
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"], blocked_by=["task-a"])})
     batch_id = engine.authorize()
     base = engine.tick()["handoffs"][0]["base_head"]
     before_a = commit_in_coordinator(engine, "notes/one.txt", "one\n")
-    report = engine.tick()
+    report = moved_then_confirmed(engine, base, before_a)
     assert engine.batch.record["adopted_heads"] == [{"from": base, "to": before_a}]
     assert report["handoffs"][0]["base_head"] == before_a  # the Lane is cut from the adopted head
     engine.tick(offers={"task-a": engine.provision("task-a", report)})
@@ -32,7 +44,7 @@ def test_user_fast_forwards_are_adopted_and_the_completed_chain_verifies(tmp_pat
     commit_a = engine.tick()["children"][0]["commit"]
     assert git_out(engine.root, "rev-parse", f"{commit_a}^") == before_a
     between = commit_in_coordinator(engine, "notes/two.txt", "two\n")
-    report = engine.tick()
+    report = moved_then_confirmed(engine, commit_a, between)
     assert engine.batch.record["adopted_heads"] == [{"from": base, "to": before_a}, {"from": commit_a, "to": between}]
     engine.tick(offers={"task-b": engine.provision("task-b", report)})
     engine.deliver("task-b", "b.txt", "b\n")
@@ -70,12 +82,7 @@ def break_by_foreign_trailer(engine: Engine) -> str:
     return f"commit {foreign} claims batch {engine.batch.id} without recorded evidence"
 
 
-def break_by_switching_branch(engine: Engine) -> str:
-    run_git(engine.root, "checkout", "-q", "main")
-    return f"current branch main does not match expected branch imm/{engine.slug}"
-
-
-@pytest.mark.parametrize("breaker", [break_by_reset, break_by_foreign_trailer, break_by_switching_branch])
+@pytest.mark.parametrize("breaker", [break_by_reset, break_by_foreign_trailer])
 def test_a_broken_lineage_fails_the_batch_parks_every_in_flight_child_and_withholds_release(tmp_path, breaker):
     # LANE-LIN-01
     engine = integrated_and_in_flight(tmp_path)
@@ -97,3 +104,34 @@ def test_a_broken_lineage_fails_the_batch_parks_every_in_flight_child_and_withho
     replay = engine.tick()
     assert (replay["reason"], replay["handoffs"]) == ("terminal state already reached: failed", [])
     assert state_bytes(engine) == written
+
+
+def test_a_coordinator_switched_to_another_branch_parks_the_batch_until_it_is_back_and_confirmed(tmp_path):
+    """contracts §11.1 reuse blocker `batch_branch_changed`: the in-flight child parks (its Lane and
+    claim kept), nothing moves on main or the batch branch; back on imm/<slug> and confirmed again,
+    the batch resumes from its Lanes and completes."""
+    engine = integrated_and_in_flight(tmp_path)
+    commits = list(engine.batch.record["commits"])
+    batch_head = engine.head()
+    run_git(engine.root, "checkout", "-q", "main")
+    main_head = engine.head()
+    reason = f"batch_branch_changed: the coordinator is on main, the confirmation covers imm/{engine.slug}"
+    report = engine.tick()
+    assert (report["batch_state"], report["reason"]) == ("needs_human", reason)
+    assert [(c["state"], c["reason"]) for c in report["children"]] == [
+        ("integrated", None), ("needs_human", reason), ("skipped_blocked", "dependency task-b parked")]
+    assert engine.head() == main_head and git_out(engine.root, "rev-parse", f"imm/{engine.slug}") == batch_head
+    assert lane_exists(engine, "task-b") and claim_path(engine, "task-b").exists()
+    engine.authorize(max_parallel=2)
+    refused = engine.tick()  # still on main: the fresh confirmation does not cover it either
+    assert refused["batch_state"] == "rejected" and refused["reason"].startswith("batch_branch_changed: ")
+    assert engine.batch.batch_state == "needs_human" and report["commits"] == commits
+    run_git(engine.root, "checkout", "-q", f"imm/{engine.slug}")
+    engine.authorize(max_parallel=2)
+    assert engine.tick()["batch_state"] == "running"
+    assert engine.states()[:2] == ["integrated", "enrolled"]
+    engine.deliver("task-b", "b.txt", "b\n")
+    report = engine.tick()
+    engine.tick(offers={"task-c": engine.provision("task-c", report)})
+    engine.deliver("task-c", "c.txt", "c\n")
+    assert engine.tick()["batch_state"] == "completed"

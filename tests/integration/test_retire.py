@@ -140,3 +140,50 @@ def test_an_authorization_never_ticked_can_be_retired_so_a_new_plan_can_be_confi
     assert "explicit literal-user disposition" in retired["reason"]
     assert batch_files(engine) == {}  # no record was ever written, and none is now
     assert engine.service.confirmation(engine.slug).batch_id != stale
+
+
+def running_with_nothing_in_flight(tmp_path) -> tuple[Engine, str]:
+    """A running batch that asked for a Lane: retirable, and one tick away from moving."""
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
+    engine.authorize()
+    report = engine.tick()
+    assert engine.batch.batch_state == "running" and engine.states() == ["pending"]
+    return engine, engine.provision("s1", report)
+
+
+def test_a_record_that_moves_while_the_user_decides_is_not_retired(tmp_path):
+    """contracts §11.4: the write is a compare-and-swap on the record's exact bytes read before the
+    gate; a tick that lands in between (here: it admits a Lane) makes the retirement
+    `plan_changed`, and nothing is written."""
+    engine, lane = running_with_nothing_in_flight(tmp_path)
+    target = engine.service.retire_target(engine.slug)
+    assert target.record_bytes == state_bytes(engine)  # the exact bytes the user is asked about
+    engine.tick(offers={"s1": lane})  # elsewhere, a tick goes on while the user is asked
+    moved = batch_files(engine)
+    assert state_bytes(engine) != target.record_bytes
+    with pytest.raises(ServiceError) as changed:
+        engine.service.retire(engine.slug, target)
+    assert changed.value.code == "plan_changed"
+    assert "changed while the user was deciding; nothing was retired" in str(changed.value)
+    assert batch_files(engine) == moved
+    assert engine.service.active_batch(engine.slug).id == target.batch_id
+
+
+def test_retire_through_the_cli_compares_the_record_read_before_the_prompt(tmp_path, capsys, monkeypatch):
+    """The prompt is the gate: a record that moves while it is open is refused as plan_changed (exit 2)."""
+    from tools.cli import main
+
+    engine, lane = running_with_nothing_in_flight(tmp_path)
+
+    def answer_after_a_tick(prompt: str) -> str:
+        assert engine.batch.id in prompt
+        engine.tick(offers={"s1": lane})
+        return "y"
+
+    monkeypatch.setattr("sys.stdin", type("Tty", (io.StringIO,), {"isatty": lambda self: True})(""))
+    monkeypatch.setattr("builtins.input", answer_after_a_tick)
+    assert main(["--root", engine.root, "retire", engine.slug]) == 2
+    assert "plan_changed" in capsys.readouterr().err
+    assert engine.batch.batch_state != "superseded"
+    assert not report_path(engine.root, engine.batch.id).exists() or "superseded" not in report_path(
+        engine.root, engine.batch.id).read_text()

@@ -269,6 +269,31 @@ def test_grp07_the_read_only_plan_command_reports_the_shared_scope_and_the_seria
     assert not Path(root, ".imm").exists() and current_branch(root) == "main"
 
 
+def test_grp07_the_intent_overlap_command_emits_upstreams_read_only_report(tmp_path):
+    """Ports LANE-GRP-07 as upstream states it: `intent overlap <p1> <p2> --json`, in a subprocess,
+    prints assurance_kernel/intent_scope_overlap/v1 whose first entry pair is the shared spec path;
+    it reads the two files and writes nothing."""
+    import subprocess
+    import sys
+
+    tasks = {"s2": Task([SHARED_SPEC, "s2.txt"]), "s3": Task([SHARED_SPEC, "s3.txt"])}
+    root = make_repo(tmp_path / "repo", intents={t: intent_json(t, spec.scope) for t, spec in tasks.items()},
+                     files={"docs/initiatives/overlap.md": initiative_markdown(tasks)})
+    paths = [str(Path(root, "docs/plans", f"{task}.intent.json")) for task in tasks]
+    before = (all_refs(root), head(root), porcelain(root))
+    run = subprocess.run([sys.executable, "-m", "tools.cli", "intent", "overlap", *paths, "--json"],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["contract"] == "assurance_kernel/intent_scope_overlap/v1"
+    assert report["overlaps"][0]["entries"][0][0] == SHARED_SPEC
+    assert report["overlaps"][0]["entries"] == [[SHARED_SPEC, SHARED_SPEC]]
+    assert report["parallel_groups"] == [["s2"], ["s3"]]
+    assert (all_refs(root), head(root), porcelain(root)) == before
+    code, out, err = cli("intent", "overlap", paths[0], str(tmp_path / "missing.intent.json"))
+    assert code == 2 and out == "" and "missing.intent.json: not a regular file" in err
+
+
 def test_grp08_the_confirmation_facts_carry_the_lane_mode(tmp_path):
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"]),
                                     "task-c": Task(["a.txt", "c.txt"])})

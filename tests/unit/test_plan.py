@@ -317,3 +317,15 @@ def test_any_dag_plans_every_child_after_its_blockers_with_a_stable_digest(value
     reordered = {**value, "tasks": list(reversed(value["tasks"]))}
     assert normalize_and_plan(reordered)["plan_digest"] == plan["plan_digest"]
     assert json.loads(json.dumps(plan["children"])) == plan["children"]
+
+
+@pytest.mark.parametrize("reason", ["spec_binding_missing", "spec_binding_ambiguous"])
+def test_a_spec_binding_exclusion_is_kept_as_the_childs_reason(reason):
+    """contracts §5 "Plan exclusion reasons": each spec_binding_* reason parks the child as needs_human
+    with that reason, and its dependent is blocked behind it."""
+    reads = {"a": f"{reason}: docs/specs/a.spec.md", "b": intent_read("b", ["b.txt"])}
+    plan = project_batch_plan(observation(("a", "S1", []), ("b", "S2", ["a"]), ("c", "S3", [])),
+                              {**reads, "c": intent_read("c", ["c.txt"])})
+    status = {c["task_id"]: (c["status"], c["reason"]) for c in plan["children"]}
+    assert status == {"a": ("needs_human", f"{reason}: docs/specs/a.spec.md"),
+                      "b": ("blocked", "dependency_unavailable"), "c": ("enrollable", None)}

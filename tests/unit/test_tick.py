@@ -505,10 +505,21 @@ def test_broken_lineage_fails_every_in_flight_child():
     assert report["handoffs"] == []
 
 
-def test_fast_forward_is_adopted():
+def test_a_fast_forward_by_someone_else_stops_the_batch_until_a_fresh_confirmation_adopts_it():
+    """contracts §11.1 reuse blocker `batch_head_lineage_moved`: the confirmation covered the batch
+    branch at its expected head; a user's fast-forward parks the batch (nothing admitted on the new
+    head), and only a newer confirmation adopts it (§3.2 step 11)."""
     harness = two_dependent()
     harness.tick()
     harness.lane_git.head = "d" * 40
-    harness.tick()
+    report = harness.tick(offers=[("task-a", "/lanes/a")])
+    assert report["batch_state"] == "needs_human"
+    assert report["reason"].startswith(f"batch_head_lineage_moved: imm/{SLUG} moved from {BASE} to {'d' * 40}")
+    assert "lanes-es authorize" in report["next_action"]
+    assert "adopted_heads" not in harness.batch.record
+    assert harness.states() == ["pending", "pending"]  # the offer was not admitted
+    assert harness.tick()["batch_state"] == "needs_human"  # the same confirmation does not resume it
+    harness.confirmation_time = "2026-06-01T00:00:00.000Z"
+    assert harness.tick()["batch_state"] == "running"
     assert harness.batch.record["adopted_heads"] == [{"from": BASE, "to": "d" * 40}]
     assert harness.tick()["handoffs"][0]["base_head"] == "d" * 40

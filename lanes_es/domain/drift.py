@@ -1,0 +1,85 @@
+"""Has the world moved under a running batch since its confirmation? (pure: decided from facts)
+
+A batch runs only on what its literal user confirmed: the plan (children, their order and
+dependencies, and each intent's identity, bound by the plan digest), the batch branch and the
+head the batch expects it at. upstream re-derives them on every resume and reuses the
+authorization only while none moved (contracts §11.1 "Authorization reuse", reuse blockers
+`batch_plan_digest_changed`, `batch_branch_changed`, `batch_head_lineage_moved`); anything else
+needs a fresh confirmation. Every tick of lanes-es asks the same question before it moves any
+child, from facts its adapters read (lanes_es/adapters/plan_observer.py and the coordinator
+status), and stops the batch with the first blocker that holds.
+
+A head that moved off the expected one without descending from it is not decided here: the
+lineage check fails the batch (`batch_head_lineage_broken`), which is where upstream's
+fresh confirmation of such a head ends too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lanes_es.domain.record import expected_batch_head
+
+PLAN_DIGEST_CHANGED = "batch_plan_digest_changed"
+BRANCH_CHANGED = "batch_branch_changed"
+HEAD_LINEAGE_MOVED = "batch_head_lineage_moved"
+
+
+@dataclass(frozen=True)
+class Covered:
+    """What the confirmation covers, as the batch's log has it now (a reseal included)."""
+
+    plan_digest: str
+    branch: str
+    expected_head: str
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> "Covered":
+        return cls(plan_digest=record["plan_digest"], branch=record["branch"],
+                   expected_head=expected_batch_head(record))
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The same facts read now. `plan_digest` None: the plan cannot be derived (`plan_error` says why);
+    `descends` whether `head` has the expected head as an ancestor (read only when the heads differ)."""
+
+    plan_digest: str | None
+    branch: str | None
+    head: str | None
+    descends: bool = False
+    plan_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Drift:
+    code: str
+    detail: str
+
+    @property
+    def reason(self) -> str:
+        return f"{self.code}: {self.detail}"
+
+
+def decide_drift(covered: Covered, observed: Observed) -> Drift | None:
+    """The first reuse blocker that holds, or None when the batch may go on under its confirmation."""
+    if observed.plan_digest is None:
+        return Drift(PLAN_DIGEST_CHANGED, f"the plan can no longer be derived from the Initiative and its intents "
+                                          f"({observed.plan_error or 'unreadable'})")
+    if observed.plan_digest != covered.plan_digest:
+        return Drift(PLAN_DIGEST_CHANGED, f"the Initiative and its intents now digest to {observed.plan_digest}, "
+                                          f"the confirmation covers {covered.plan_digest}")
+    if observed.branch != covered.branch:
+        return Drift(BRANCH_CHANGED, f"the coordinator is on {observed.branch or '(detached HEAD)'}, "
+                                     f"the confirmation covers {covered.branch}")
+    if observed.head is not None and observed.head != covered.expected_head and observed.descends:
+        return Drift(HEAD_LINEAGE_MOVED, f"{covered.branch} moved from {covered.expected_head} to {observed.head} "
+                                         f"outside this batch")
+    return None
+
+
+def drift_next_action(slug: str) -> str:
+    return (f"Something the confirmation covered moved after it; nothing more is admitted, committed or "
+            f"integrated. Check the change, then confirm the batch as it now stands with `lanes-es authorize "
+            f"{slug}` (or put the change back, or retire the batch with `lanes-es retire {slug}`).")

@@ -1,0 +1,120 @@
+"""What a tick checks before it moves any child of a recorded batch, and again before `completed`.
+
+1. The working-tree preflight (contracts §9.2, upstream's Host preflight before every call):
+   every dirty path of the coordinator must be a Lane's provable write (restored later in the
+   tick, with a backup in the log), else the tick refuses (`working_tree_unstaged`) and
+   touches no file.
+2. The drift check (contracts §11.1 "Authorization reuse"): the plan derived from the
+   Initiative and intents as they are now, the branch and the expected head must be what the
+   confirmation covered. A running batch that drifted parks every child in flight and settles
+   `needs_human` with the blocker's code; a parked one is not resumed; only a fresh
+   confirmation of the batch as it stands goes on.
+
+Facts come through the tick's ports; the decisions are pure (lanes_es/domain/working_tree.py,
+lanes_es/domain/drift.py). The steps call `stop_if_world_moved`, `stop_if_head_moved` and
+`refuse_unknown_leaks`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lanes_es.domain.drift import Covered, Drift, Observed, decide_drift, drift_next_action
+from lanes_es.domain.working_tree import Unprovable, WorkingTreeRefusal, decide_working_tree
+from lanes_es.domain.record import IN_FLIGHT
+from lanes_es.ports import CoordinatorView, PortError
+from lanes_es.tick.context import TickOutcome
+
+
+def working_tree_refusal(ports: Any, root: str, slug: str, record: dict[str, Any],
+                         view: CoordinatorView) -> WorkingTreeRefusal | None:
+    """The preflight's refusal when a dirty path has an unknown origin; None when clean or all provable."""
+    if not view.entries:
+        return None
+    if ports.leaks is None:  # nothing here can prove a Lane's origin: every change is of unknown origin
+        return decide_working_tree(view.entries, Unprovable(view.entries[0][1], "no Lane origin can be proven"),
+                                   slug)
+    return decide_working_tree(view.entries, ports.leaks.plan(root, record, view.entries), slug)
+
+
+def observed_plan(ports: Any, root: str, slug: str, own_tasks: list[str], covered: str) -> tuple[str | None, str | None]:
+    """(digest now, why it cannot be derived); the covered digest when no plan observer is wired."""
+    if ports.plans is None:
+        return covered, None
+    try:
+        return ports.plans.current_digest(root, slug, own_tasks), None
+    except PortError as failure:
+        return None, str(failure)
+
+
+def observe_drift(ports: Any, root: str, slug: str, record: dict[str, Any], view: CoordinatorView) -> Drift | None:
+    """The first reuse blocker that holds now, from the coordinator's view and its files."""
+    covered = Covered.of(record)
+    digest, error = observed_plan(ports, root, slug, [child["task_id"] for child in record["children"]],
+                                  covered.plan_digest)
+    # The head is judged later, at the lineage check: an integration this batch made but did not
+    # record (a crash) moves it too, and is adopted first (contracts §3.2 steps 9 and 11).
+    return decide_drift(covered, Observed(plan_digest=digest, branch=view.branch, head=None, plan_error=error))
+
+
+def stop_if_world_moved(runner: Any) -> Any:
+    """The tick's outcome when the preflight refuses or the world drifted; None to go on.
+
+    `runner` is the tick's context (lanes_es/tick/context.py): its ports, input, batch, `refuse`, `finalize`.
+    """
+    record = runner.record
+    if record["batch_state"] == "needs_human" and runner.tick.confirmation_time <= record["confirmation_time"]:
+        return None  # parked, and no confirmation since: nothing can move; the park's own report says so
+    view = runner.view = runner.ports.lane_git.coordinator_view(runner.tick.root)
+    refusal = working_tree_refusal(runner.ports, runner.tick.root, runner.tick.initiative_slug, record, view)
+    if refusal is not None:
+        return runner.refuse(refusal.code, refusal.text)
+    drift = observe_drift(runner.ports, runner.tick.root, runner.tick.initiative_slug, record, view)
+    if drift is None:
+        return None
+    if runner.live.batch_state != "running":
+        return runner.refuse(drift.code, f"{drift.detail}; {drift_next_action(runner.tick.initiative_slug)}")
+    return stop_on_drift(runner, drift.reason, drift_next_action(runner.tick.initiative_slug))
+
+
+def stop_on_drift(runner: Any, reason: str, next_action: str) -> Any:
+    """What the confirmation covered moved: every child in flight parks (its Lane is kept), the batch
+    settles needs_human, and nothing more is admitted, enrolled, committed or integrated."""
+    for child in runner.live.children_in(*IN_FLIGHT):
+        runner.live.park(runner.now, child["task_id"], reason)
+    runner.parked_message = reason
+    return TickOutcome(runner.finalize("needs_human", reason, next_action), runner.batch)
+
+
+def refuse_if_plan_moved_before_start(runner: Any) -> Any:
+    """A new batch starts only on the plan its authorization covers: one that moved between
+    `authorize` and this first tick is refused (nothing is written); `authorize` again confirms it."""
+    tick = runner.tick
+    covered = Covered(plan_digest=tick.authorization.plan_digest, branch="", expected_head="")
+    digest, error = observed_plan(runner.ports, tick.root, tick.initiative_slug, [], covered.plan_digest)
+    drift = decide_drift(covered, Observed(plan_digest=digest, branch="", head=None, plan_error=error))
+    if drift is None:
+        return None
+    return runner.refuse(drift.code, f"{drift.detail}; run `lanes-es authorize {tick.initiative_slug}` to confirm "
+                                     f"the plan as it now stands")
+
+
+def stop_if_head_moved(runner: Any, head: str) -> Any:
+    """A fast-forward of the batch branch by someone else: adopted only under a confirmation given
+    since (this tick resumed a park); otherwise the batch stops with `batch_head_lineage_moved`."""
+    if runner.resumed_park:
+        return None
+    drift = decide_drift(Covered.of(runner.record), Observed(plan_digest=runner.record["plan_digest"],
+                                                             branch=runner.record["branch"], head=head, descends=True))
+    if drift is None:
+        return None
+    return stop_on_drift(runner, drift.reason, drift_next_action(runner.tick.initiative_slug))
+
+
+def refuse_unknown_leaks(runner: Any) -> Any:
+    """Before `completed`: the checkout is read once more; a path of unknown origin refuses the tick."""
+    view = runner.view = runner.ports.lane_git.coordinator_view(runner.tick.root)
+    refusal = working_tree_refusal(runner.ports, runner.tick.root, runner.tick.initiative_slug, runner.record, view)
+    if refusal is None:
+        return None
+    return runner.refuse(refusal.code, refusal.text)

@@ -1,0 +1,250 @@
+"""Issue 14: the engine fails closed whenever the world moves under a running batch.
+
+Each move (the Initiative's `Blocked by:` edited and committed in the coordinator, an intent
+edited, the batch branch moved by someone else, the coordinator dirtied with a user's own file)
+is driven through the command line and through the autopilot (`lanes-es run`), on real
+repositories: the batch parks or the tick refuses with upstream's reason, no commit lands on
+the batch branch after the move, and the user's files are byte-identical afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.engine import Engine, SteppingClock, Task
+from tests.engine_more import make_engine
+from tests.gitfixtures import git_out
+from tests.integration.world_moves import make_move
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+# move -> (exit code of the tick after it, the reason's code, the batch state the log then holds)
+EXPECTED = {
+    "initiative": (3, "batch_plan_digest_changed", "needs_human"),
+    "intent": (3, "batch_plan_digest_changed", "needs_human"),
+    "intent_uncommitted": (2, "working_tree_unstaged", "running"),
+    "branch": (3, "batch_head_lineage_moved", "needs_human"),
+    "dirty": (2, "working_tree_unstaged", "running"),
+}
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    from tools.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+def tick(engine: Engine, *extra: str) -> tuple[int, dict[str, Any]]:
+    code, out, err = cli("--root", engine.root, "tick", engine.slug, "--json", *extra)
+    assert out, err
+    return code, json.loads(out)
+
+
+def branch_head(engine: Engine) -> str:
+    return git_out(engine.root, "rev-parse", f"imm/{engine.slug}")
+
+
+def files_now(engine: Engine, files: dict[str, bytes]) -> dict[str, bytes]:
+    return {path: Path(engine.root, path).read_bytes() for path in files}
+
+
+def mid_batch(tmp_path: Path) -> Engine:
+    """Through the CLI: s1 and s2 in their Lanes, s1 delivered and submitted; the next tick would run
+    its QA, commit it and integrate it."""
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])})
+    assert cli("--root", engine.root, "authorize", engine.slug, "--max-parallel", "2", "--yes")[0] == 0
+    code, report = tick(engine)
+    assert code == 0
+    offers = [f"--offer={task}={engine.provision(task, report)}" for task in ("s1", "s2")]
+    code, report = tick(engine, *offers)
+    assert code == 0 and [c["state"] for c in report["children"]] == ["enrolled", "enrolled"]
+    engine.deliver("s1", "one.txt", "one\n")
+    return engine
+
+
+@pytest.mark.parametrize("move", sorted(EXPECTED))
+def test_a_move_through_the_cli_parks_or_refuses_and_nothing_lands_after_it(tmp_path, move):
+    engine = mid_batch(tmp_path)
+    files = make_move(move, engine.root, engine.slug, "s2")
+    head_after_move = branch_head(engine)
+    exit_code, code, state = EXPECTED[move]
+    for again in (False, True):  # and again: the next tick does not go on either
+        got, report = tick(engine)
+        assert got == exit_code
+        assert report["reason"].startswith(f"{code}: ") or (
+            again and report["reason"] == "the parked batch requires a fresh literal-user confirmation")
+        assert engine.batch.batch_state == state
+        assert branch_head(engine) == head_after_move
+        assert engine.batch.record["commits"] == [] and report["commits"] == []
+        assert files_now(engine, files) == files
+        assert "git add" not in report["reason"] + report["next_action"]
+    events = [type(event).__name__ for event in engine.service.store.events(engine.batch.id)]
+    assert "Integrated" not in events and "LaneCommitted" not in events
+    if state == "needs_human":  # the children in flight parked with the reason; their Lanes are kept
+        assert [(c["state"], c["reason"].split(":")[0]) for c in engine.batch.record["children"]] == [
+            ("needs_human", code), ("needs_human", code)]
+        assert os.path.isdir(engine.lane("s1")) and os.path.isdir(engine.lane("s2"))
+    else:  # refused: the record is as it was, the refusal is in the log
+        assert events[-1] == "TickRejected"
+        assert [c["state"] for c in engine.batch.record["children"]] == ["enrolled", "enrolled"]
+
+
+def test_a_changed_plan_goes_on_only_as_a_new_confirmation_of_the_new_plan(tmp_path):
+    """Re-confirming the parked batch does not cover the new plan (refused, nothing written); retiring
+    it and authorizing the Initiative confirms the new plan as a new batch."""
+    engine = mid_batch(tmp_path)
+    files = make_move("initiative", engine.root, engine.slug, "s2")
+    old = engine.batch.id
+    assert tick(engine)[0] == 3
+    code, _, err = cli("--root", engine.root, "authorize", engine.slug, "--max-parallel", "2", "--yes")
+    assert code == 2 and "batch_plan_digest_changed" in err and "lanes-es retire" in err
+    assert engine.service.initiative(engine.slug).current.batch_id == old
+    assert cli("--root", engine.root, "retire", engine.slug, "--yes")[0] == 0
+    code, out, err = cli("--root", engine.root, "authorize", engine.slug, "--max-parallel", "2", "--yes", "--json")
+    assert code == 0, err
+    facts = json.loads(out)
+    assert facts["batch_id"] != old
+    assert [(c["task_id"], c["blocked_by"]) for c in facts["children"]] == [("s1", []), ("s2", ["s1"])]
+    assert files_now(engine, files) == files
+
+
+def test_a_moved_branch_goes_on_after_a_fresh_confirmation_and_the_user_commit_stays(tmp_path):
+    engine = mid_batch(tmp_path)
+    make_move("branch", engine.root, engine.slug, "s2")
+    user_commit = branch_head(engine)
+    assert tick(engine)[0] == 3
+    assert cli("--root", engine.root, "authorize", engine.slug, "--max-parallel", "2", "--yes")[0] == 0
+    code, report = tick(engine)
+    assert code == 0 and engine.batch.record["adopted_heads"][-1]["to"] == user_commit
+    engine.deliver("s2", "two.txt", "two\n")
+    for _ in range(4):
+        code, report = tick(engine)
+        if report["batch_state"] != "running":
+            break
+    assert report["batch_state"] == "completed"
+    assert git_out(engine.root, "merge-base", "--is-ancestor", user_commit, branch_head(engine)) == ""
+
+
+def test_a_dirtied_coordinator_goes_on_once_the_user_moved_the_file_away(tmp_path):
+    engine = mid_batch(tmp_path)
+    files = make_move("dirty", engine.root, engine.slug, "s2")
+    assert tick(engine)[0] == 2
+    kept = tmp_path / "kept.txt"
+    Path(engine.root, "scratch/mine.txt").rename(kept)
+    assert kept.read_bytes() == files["scratch/mine.txt"]
+    code, report = tick(engine)
+    assert code == 0 and report["commits"] and engine.states()[0] == "integrated"
+
+
+# ---------------------------------------------------------------- the autopilot
+
+
+@pytest.mark.parametrize("move", sorted(EXPECTED))
+def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monkeypatch, move):
+    """`lanes-es run`: the Executor of s1 makes the move in the coordinator, then delivers; the
+    autopilot's next tick stops the batch with upstream's reason and nothing lands after the move."""
+    from tests.gitfixtures import intent_json, make_repo
+    from tests.engine import initiative_markdown
+    from lanes_es.steward.run import run_autopilot
+    from tools.compose import build_service
+
+    tasks = {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])}  # max_parallel 1: s2 waits for s1
+    root = make_repo(tmp_path / "repo", intents={t: intent_json(t, task.scope) for t, task in tasks.items()},
+                     files={"docs/initiatives/moves.md": initiative_markdown(tasks)})
+    moved = tmp_path / "moved.json"
+    monkeypatch.setenv("PYTHONPATH", str(PROJECT))
+    monkeypatch.setenv("LANES_ES_TEST_MOVE", move)
+    monkeypatch.setenv("LANES_ES_TEST_MOVED", str(moved))
+    monkeypatch.setenv("LANES_ES_TEST_OTHER_TASK", "s2")
+    monkeypatch.setenv("LANES_ES_EXECUTOR_HINT", json.dumps({"s1": {"path": "one.txt", "content": "one\n"},
+                                                             "s2": {"path": "two.txt", "content": "two\n"}}))
+    service = build_service(root, clock=SteppingClock(time.time()))
+    lines: list[str] = []
+    executor = [sys.executable, "-P", "-m", "tests.integration.world_moves"]
+    code = run_autopilot(service, "moves", 1, tmp_path / "lanes", executor, yes=True, out=lines.append, poll=0.05)
+    text = "\n".join(lines)
+    exit_code, reason_code, state = EXPECTED[move]
+    assert code == exit_code, text
+    assert reason_code in text, text
+    facts = json.loads(moved.read_text())
+    batch = service.active_batch("moves")
+    assert batch.batch_state == state
+    assert batch.record["commits"] == []  # s1 was delivered, but never integrated after the move
+    assert git_out(root, "rev-parse", "imm/moves") == facts["head_after"]
+    assert {path: Path(root, path).read_bytes().hex() for path in facts["files"]} == facts["files"]
+
+
+# ---------------------------------------------------------------- a move between any two ticks
+
+STOPPING = {"batch_plan_digest_changed", "batch_head_lineage_moved", "working_tree_unstaged"}
+NOT_AFTER_A_MOVE = {"LaneAdmitted", "Enrolled", "LaneCommitted", "Integrated"}
+
+
+def touch_only(root: str) -> dict[str, bytes]:
+    """A move that changes nothing the confirmation covers: the Initiative's file is rewritten as it was."""
+    path = Path(root, "docs/initiatives", next(Path(root, "docs/initiatives").iterdir()).name)
+    path.write_bytes(path.read_bytes())
+    os.utime(path, (1, 1))
+    return {}
+
+
+def play_until(engine: Engine, move_before: int, move: str) -> dict[str, Any]:
+    """Play steward and Executor tick after tick; before tick number `move_before`, make the move.
+    Returns what the move left and the batch as the log has it at the end."""
+    deliveries = {"s1": ("one.txt", "one\n"), "s2": ("two.txt", "two\n")}
+    offers: dict[str, str] = {}
+    moved: dict[str, Any] = {}
+    report: dict[str, Any] = {"batch_state": "running", "handoffs": []}
+    for number in range(12):
+        if number == move_before:
+            files = touch_only(engine.root) if move == "touch" else make_move(move, engine.root, engine.slug, "s2")
+            moved = {"files": files, "head": branch_head(engine) if engine.batch else None,
+                     "events": len(list(engine.service.store.events(engine.batch.id))) if engine.batch else 0,
+                     "terminal": report["batch_state"] not in ("running", "rejected")}
+        report = engine.tick(offers=offers)
+        offers = {}
+        if report["batch_state"] not in ("running",):
+            if number >= move_before:
+                break
+            continue
+        for handoff in report["handoffs"]:
+            if handoff.get("action") == "provision":
+                offers[handoff["task_id"]] = engine.provision(handoff["task_id"], report)
+            elif handoff["role"] == "executor" and handoff["next_obligation"] == "submit_assurance":
+                engine.deliver(handoff["task_id"], *deliveries[handoff["task_id"]])
+    return {**moved, "report": report}
+
+
+@pytest.mark.parametrize("move", ["touch", *sorted(EXPECTED)])
+def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_path, move):
+    """Issue 3's convergence, extended (issue 14): for every gap between two ticks of a two-task
+    batch, the move is made there; the engine either goes on because nothing it covers moved
+    ("touch") or stops with upstream's reason, and after the move no Lane is admitted, enrolled,
+    committed or integrated and no commit lands on the batch branch."""
+    # the batch settles after six ticks; a touch needs no more than two gaps to show it changes nothing
+    for gap in ((2, 4) if move == "touch" else range(1, 7)):
+        engine = make_engine(tmp_path / f"gap-{gap}", {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])})
+        engine.authorize(max_parallel=1)
+        outcome = play_until(engine, gap, move)
+        report, batch = outcome["report"], engine.batch
+        if move == "touch" or outcome["terminal"]:
+            assert batch.batch_state == "completed", (gap, report["reason"])
+            continue
+        assert report["reason"].split(":")[0] in STOPPING, (gap, report["reason"])
+        assert report["reason"].split(":")[0] == EXPECTED[move][1], (gap, report["reason"])
+        after = [type(e).__name__ for e in list(engine.service.store.events(batch.id))[outcome["events"]:]]
+        assert not NOT_AFTER_A_MOVE & set(after), (gap, after)
+        assert branch_head(engine) == outcome["head"], gap
+        assert files_now(engine, outcome["files"]) == outcome["files"], gap
