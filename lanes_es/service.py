@@ -25,6 +25,8 @@ from lanes_es.domain.ids import batch_branch_name, is_valid_id
 from lanes_es.domain.initiative import Initiative
 from lanes_es.domain.plan import project_batch_plan
 from lanes_es.domain.record import IN_FLIGHT, is_terminal
+from lanes_es.errors import Refusal
+from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_NEEDS_PERSON, EXIT_OK, EXIT_REFUSED
 from lanes_es.domain.report import RETIRE_NEXT_ACTION, RETIRE_REASON, lane_report
 from lanes_es.ports import KernelError, PortError
 from lanes_es.tick import LaneTick, PlanMismatch, TickOutcome, lane_rejection_report, refusal_report
@@ -35,7 +37,7 @@ from projections.batch import documents_of, drift, materialize
 _STORE_CONDITION = re.compile(r"retired file-store|kernel store|CAS mismatch|store is busy|locked", re.IGNORECASE)
 STORE_CONDITION_NEXT = "settle the reported kernel store condition and retry in the current Host"
 
-EXIT_OK, EXIT_INTERNAL, EXIT_REJECTED, EXIT_STOPPED = 0, 1, 2, 3
+EXIT_REJECTED, EXIT_STOPPED = EXIT_REFUSED, EXIT_NEEDS_PERSON  # the names the service's callers use
 
 # How long a tick waits for another tick of its batch to end before it reports busy.
 DEFAULT_LOCK_WAIT = 5.0
@@ -61,7 +63,7 @@ class Adapters(Protocol):
         """Bring the batch's signed checkpoint in git up to `version` (lanes_es/audit/anchor.py)."""
 
 
-class ServiceError(Exception):
+class ServiceError(Refusal):
     """A use case refused: `code` is stable, the message says what to do next."""
 
     def __init__(self, code: str, message: str) -> None:

@@ -23,12 +23,13 @@ from lanes_es.audit.export import ExportError, read_export_rows, stored_lines, w
 from lanes_es.audit.replay import ReplayRangeError, ReplayResult, TerminalProgress, replay
 from lanes_es.audit.verify import Finding, VerifyReport, verify_batch, verify_export_events
 from lanes_es.domain.ids import is_valid_id
-from lanes_es.service import EXIT_INTERNAL, EXIT_OK, ServiceError
+from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK
+from lanes_es.service import ServiceError
 from projections.audit_html import render_audit_html
 from projections.timeline import AnchorMarks, TimelineRow
 from tools.anchor_cli import AnchorOptions, anchor_marks
 
-EXIT_FAILED = EXIT_INTERNAL  # a check that does not hold: 1, as `rebuild --check` reports drift
+EXIT_FAILED = EXIT_FINDING  # a check that does not hold: 1, as `rebuild --check` reports drift
 
 
 def register(commands: Any) -> None:

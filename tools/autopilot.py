@@ -36,7 +36,7 @@ Try it: lanes-es --root REPO run SLUG --max-parallel 3 --lanes-dir ../lanes \\
 """
 
 RUN_EPILOG = ("Exit codes: 0 completed, 3 stopped (needs_human, budget_stopped, failed, a coordinator handoff, "
-              "no progress), 2 rejected or refused, 1 internal error, 130 interrupted.")
+              "no progress), 2 rejected or refused, 70 internal error, 130 interrupted.")
 
 
 # ---------------------------------------------------------------- command line

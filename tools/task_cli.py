@@ -4,8 +4,8 @@ The Lane is the git worktree the current directory (or --root) is in; its task i
 its branch `imm-lane/<slug>/<task>` (contracts §6.7 "Lane identification"). Each command
 reads or changes only that Lane's kernel store (`.imm/state/kernel/`).
 
-Exit codes: 0 done (or QA passed), 3 `task check` found failures, 2 a refusal or not in a
-Lane, 1 an internal error.
+Exit codes (lanes_es/exit_codes.py): 0 done (or QA passed), 1 `task check` found failures,
+2 a refusal or not in a Lane, 70 an internal error.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import msgspec
 from lanes_es.adapters.git import git_ok
 from lanes_es.adapters.kernel import ReferenceKernel, TaskStatus
 from lanes_es.adapters.qa import Verdict
+from lanes_es.errors import Refusal
+from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_REFUSED
 from lanes_es.ports import KernelError
 
-EXIT_OK, EXIT_REFUSED, EXIT_REWORK = 0, 2, 3
 LANE_REF = re.compile(r"^refs/heads/imm-lane/[^/]+/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
 
 GROUP_HELP = "the Executor's commands inside a Lane: status, check, submit, review, stop"
@@ -40,11 +41,11 @@ A failed QA makes the work active again (see `task status` for the findings); fi
 submit again. A material task then waits for a Review: `task review --approve` or
 `task review --reject TEXT`. `task stop --reason TEXT` gives the task up for good.
 
-Exit codes: 0 done or QA passed, 3 `check` found failures, 2 refused or not in a Lane,
-1 internal error."""
+Exit codes: 0 done or QA passed, 1 `check` found failures, 2 refused or not in a Lane,
+70 internal error."""
 
 
-class NotInLane(Exception):
+class NotInLane(Refusal):
     """The current directory is not inside a Lane worktree."""
 
 
@@ -196,4 +197,4 @@ def _show_verdict(verdict: Verdict, as_json: bool) -> int:
         print("acceptance checks failed:")
         for finding in verdict.findings:
             print(f"  {finding.id}: {finding.reason}")
-    return EXIT_OK if verdict.passed else EXIT_REWORK
+    return EXIT_OK if verdict.passed else EXIT_FINDING

@@ -33,11 +33,12 @@ from eventsourcing.utils import get_topic, resolve_topic
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.initiative import Initiative, initiative_id
+from lanes_es.errors import Refusal
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
 
 
-class StoreError(RuntimeError):
+class StoreError(Refusal, RuntimeError):
     """The store could not be opened or read; the message says which and why."""
 
 

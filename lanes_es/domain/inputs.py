@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from ..errors import Refusal
 from .ids import is_valid_id
 from .intent import InvalidIntent, parse_task_intent
 from .jstext import WS, js_length, js_trim, safe_integer
@@ -31,7 +32,7 @@ QUOTING = frozenset("\"'\\")
 _WHITESPACE_RUN = re.compile(f"[{WS}]+")
 
 
-class InvalidInput(ValueError):
+class InvalidInput(Refusal, ValueError):
     """A tick parameter refused before anything happened; the message is upstream's."""
 
 
