@@ -23,6 +23,7 @@ from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.ids import batch_branch_name, is_valid_id
 from lanes_es.domain.initiative import Initiative
+from lanes_es.domain.inputs import parse_positive_count
 from lanes_es.domain.plan import project_batch_plan
 from lanes_es.domain.record import IN_FLIGHT, is_terminal
 from lanes_es.errors import Refusal
@@ -212,6 +213,10 @@ class LanesService:
                      qa_failure_limit: int | None = None, final_verification: list[str] | None = None,
                      delegate_revisions: bool = False) -> Confirmation:
         """What `authorize` will ask the user to confirm; nothing is written."""
+        # Whatever authorize accepts, the tick must be able to record: the same bounds as the v2 validator.
+        max_parallel = parse_positive_count(max_parallel, "max_parallel")
+        max_children = parse_positive_count(max_children, "max_children")
+        qa_failure_limit = parse_positive_count(qa_failure_limit, "qa_failure_limit")
         initiative = self.initiative(slug)
         current = initiative.current if initiative else None
         recorded = self.store.batch(current.batch_id) if current else None
@@ -335,6 +340,14 @@ class LanesService:
                 return runner.run()
             except PlanMismatch as error:
                 raise ServiceError("plan_changed", f"{error}; re-authorize the Initiative") from None
+            except TransitionRefused as error:
+                if batch is not None:
+                    raise
+                # An authorization recorded by an older version that its batch cannot start with: the way out.
+                slug = tick.initiative_slug
+                raise ServiceError("batch_authorization_invalid",
+                                   f"{error}; this authorization cannot start a batch: run `lanes-es retire {slug} "
+                                   f"--yes` then `lanes-es authorize {slug}`") from None
             except StoreConflict as error:
                 if attempt == LOST_RACE_RETRIES:
                     return self._store_condition_report(tick, ports, str(error))

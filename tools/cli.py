@@ -56,6 +56,8 @@ COMMAND_MODULES: dict[str, tuple[str, str]] = {
     "mcp": ("tools.mcp_server", "serve the engine over MCP stdio (needs the mcp extra)"),
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--root", "--store")
+DEFAULT_TICK_WAIT = 5.0  # lanes_es.service.DEFAULT_LOCK_WAIT, not imported so that building the parser stays cheap
+MAX_COUNT = 2**53 - 1  # the largest count a record keeps (JavaScript's safe integer, as upstream)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,8 +193,8 @@ def positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError("expected a positive integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("expected a positive integer")
+    if not 0 < value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a positive integer of at most {MAX_COUNT}")
     return value
 
 
@@ -386,13 +388,31 @@ def _status(args: argparse.Namespace) -> int:
     elif args.slug:
         batch = service.active_batch(args.slug)
         if batch is None:
-            raise ServiceError("batch_not_found", f"Initiative {args.slug} has no batch yet; "
-                                                  f"run `lanes-es authorize {args.slug}` then `lanes-es tick {args.slug}`")
+            return _status_not_started(service, args.slug, args.json)
     else:
         raise ServiceError("invalid_input", "name an Initiative SLUG or --batch ID")
     record = batch.record
     _print(record, args.json, lambda r: report_text({**r, "reason": None, "next_action": _status_next(r)}))
     return 0
+
+
+def _status_not_started(service: LanesService, slug: str, as_json: bool) -> int:
+    """Authorized but not ticked yet: the batch id exists, its record not yet (the first tick starts it)."""
+    from lanes_es.service import ServiceError
+
+    initiative = service.initiative(slug)
+    current = initiative.current if initiative else None
+    if current is None:
+        raise ServiceError("batch_not_found", f"Initiative {slug} has no batch yet; "
+                                              f"run `lanes-es authorize {slug}` then `lanes-es tick {slug}`")
+    facts = {"initiative_slug": slug, "batch_id": current.batch_id, "batch_state": "authorized",
+             "base_head": current.base_head, "max_parallel": current.max_parallel,
+             "children": [child.task_id for child in current.children],
+             "next_action": f"run `lanes-es tick {slug}` to start the batch"}
+    _print(facts, as_json, lambda f: f"batch {f['batch_id']}: authorized, not started yet "
+                                     f"({len(f['children'])} children, max_parallel {f['max_parallel']})\n"
+                                     f"next: {f['next_action']}")
+    return EXIT_OK
 
 
 def _status_next(record: dict[str, Any]) -> str:

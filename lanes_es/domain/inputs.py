@@ -17,7 +17,7 @@ import msgspec
 from ..errors import Refusal
 from .ids import is_valid_id
 from .intent import InvalidIntent, parse_task_intent
-from .jstext import WS, js_length, js_trim, safe_integer
+from .jstext import MAX_SAFE_INTEGER, WS, js_length, js_trim, safe_integer
 
 MAX_LANE_OFFERS = 64
 MAX_PATH_LENGTH = 4096
@@ -54,11 +54,17 @@ class LaneRevision(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def parse_max_parallel(value: Any) -> int | None:
+    return parse_positive_count(value, "max_parallel")
+
+
+def parse_positive_count(value: Any, name: str) -> int | None:
+    """A count the record keeps (max_parallel, max_children, qa_failure_limit): 1 to 2^53-1, as the validator wants."""
     if value is None:
         return None
     number = safe_integer(value)
     if number is None or number <= 0:
-        raise InvalidInput("invalid max_parallel: expected a positive integer")
+        too_large = isinstance(value, int) and value > MAX_SAFE_INTEGER
+        raise InvalidInput(f"invalid {name}: expected a positive integer" + (f" of at most {MAX_SAFE_INTEGER}" if too_large else ""))
     return number
 
 
