@@ -17,7 +17,7 @@ import msgspec
 from ..errors import Refusal
 from .ids import is_valid_id
 from .intent import InvalidIntent, parse_task_intent
-from .jstext import MAX_SAFE_INTEGER, WS, js_length, js_trim, safe_integer
+from .jstext import WS, js_length, js_trim, safe_integer
 
 MAX_LANE_OFFERS = 64
 MAX_PATH_LENGTH = 4096
@@ -63,8 +63,7 @@ def parse_positive_count(value: Any, name: str) -> int | None:
         return None
     number = safe_integer(value)
     if number is None or number <= 0:
-        too_large = isinstance(value, int) and value > MAX_SAFE_INTEGER
-        raise InvalidInput(f"invalid {name}: expected a positive integer" + (f" of at most {MAX_SAFE_INTEGER}" if too_large else ""))
+        raise InvalidInput(f"invalid {name}: expected a positive integer")  # upstream's words, kept exactly
     return number
 
 
