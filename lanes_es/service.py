@@ -201,11 +201,17 @@ class LanesService:
                 reads[task_id] = ports.batch_git.read_intent(self.root, task_id, None)
             except PortError as error:
                 reads[task_id] = str(error)
+        # Upstream's plan keeps only a reason code; the precise cause and its fix go beside it.
+        intent_errors = {task: intent_error_text(read, task, slug) for task, read in reads.items()
+                         if isinstance(read, str) and task not in settled}
         try:
-            return project_batch_plan(observation, reads, settled_tasks=settled)
+            plan = project_batch_plan(observation, reads, settled_tasks=settled)
         except ValueError as error:
+            causes = "".join(f"; {task}: {text}" for task, text in intent_errors.items())
             raise ServiceError("empty_enrollable_set" if "no enrollable" in str(error) else "plan_projection_failed",
-                               str(error)) from None
+                               f"{error}{causes}") from None
+        plan["intent_errors"] = intent_errors
+        return plan
 
     # ------------------------------------------------------------ authorize
 
@@ -495,6 +501,16 @@ def _timed(ports: TickPorts, timings: _Timings) -> TickPorts:
     from dataclasses import replace
 
     return replace(ports, kernel=_TimedKernel(ports.kernel, timings))
+
+
+def intent_error_text(error: str, task_id: str, slug: str) -> str:
+    """The intent reader's message with the command that fixes the commonest causes."""
+    if re.search(r"TaskIntent \S+ is not tracked", error):
+        path = f"docs/plans/{task_id}.intent.json"  # the reader names the archive it tried last
+        return f"missing: TaskIntent {path} is not tracked; commit it: `git add {path} && git commit`"
+    if "names task" in error:
+        return f"{error}; set its task_id to {task_id}, or name the file after its task"
+    return f"{error}; fix the file, then `lanes-es plan {slug}` shows the result"
 
 
 def _check_slug(slug: str) -> None:

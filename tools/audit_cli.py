@@ -87,7 +87,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Path]:
     from tools.compose import locate_repository, open_store
 
     repository = locate_repository(args.root)
-    return open_store(repository, getattr(args, "store", None)), repository.root
+    return open_store(repository, getattr(args, "store", None), read_only=True), repository.root
 
 
 def _with_store(args: argparse.Namespace, run: Callable[[Any, Path], int]) -> int:

@@ -121,10 +121,11 @@ def _register_optional(module: str, commands: Any) -> None:
     loaded.register(commands)
 
 
-def service_of(args: argparse.Namespace) -> LanesService:
+def service_of(args: argparse.Namespace, read_only: bool = False) -> LanesService:
+    """The service on the store of --store; `read_only` for a command that writes nothing (works on a read-only store)."""
     from tools.compose import build_service
 
-    return build_service(args.root, args.store)
+    return build_service(args.root, args.store, read_only=read_only)
 
 
 def _print(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
@@ -144,7 +145,7 @@ def _add_plan(commands: Any) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    plan = service_of(args).plan(args.slug)
+    plan = service_of(args, read_only=True).plan(args.slug)
     printable = {key: value for key, value in plan.items() if key != "enrollable"}
     printable["enrollable"] = [child.plain() for child in plan["enrollable"]]
     _print(printable, args.json, _plan_text)
@@ -157,6 +158,8 @@ def _plan_text(plan: dict[str, Any]) -> str:
         blocked = f" (blocked by {', '.join(child['blocked_by'])})" if child["blocked_by"] else ""
         reason = f": {child['reason']}" if child.get("reason") else ""
         lines.append(f"  {child['task_id']} [{child['status']}{reason}]{blocked}")
+        if child["task_id"] in plan.get("intent_errors", {}):
+            lines.append(f"    {plan['intent_errors'][child['task_id']]}")
     lines.append("parallel groups: " + " | ".join(", ".join(group) for group in plan["parallel_groups"]))
     for conflict in plan.get("scope_conflicts", []):
         lines.append(f"serialized: {conflict['task_id']} overlaps {', '.join(conflict['overlaps_with'])}")
@@ -208,6 +211,8 @@ def _authorize(args: argparse.Namespace) -> int:
                                         qa_failure_limit=args.qa_failure_limit, final_verification=final,
                                         delegate_revisions=args.delegate_revisions)
     facts = confirmation.facts()
+    for task_id, text in confirmation.plan.get("intent_errors", {}).items():
+        print(f"lanes-es: {task_id} is excluded: {text}", file=sys.stderr)
     if not args.yes:
         if not sys.stdin.isatty():
             print(json.dumps(facts, indent=2), file=sys.stderr)
@@ -382,7 +387,7 @@ def _add_status(commands: Any) -> None:
 def _status(args: argparse.Namespace) -> int:
     from lanes_es.service import ServiceError
 
-    service = service_of(args)
+    service = service_of(args, read_only=True)
     if args.batch:
         batch = service.batch(args.batch)
     elif args.slug:
@@ -448,7 +453,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         for path in written:
             print(f"wrote {path}")
         return 0
-    service = service_of(args)
+    service = service_of(args, read_only=args.check)
     if args.all:
         from tools.batches_cli import rebuild_all
 

@@ -105,16 +105,17 @@ class RealAdapters:
         return read_local_initiative(root, slug)
 
 
-def open_store(repository: Repository, url: str | None = None) -> EventStore:
+def open_store(repository: Repository, url: str | None = None, read_only: bool = False) -> EventStore:
+    """The store of `url` (else $LANES_ES_STORE, else the repository's); `read_only` for commands that only read."""
     resolved = store_url_from_env(url, repository.common_dir)
-    return EventStore(resolved, lock_dir=repository.common_dir / "lanes-es" / "locks")
+    return EventStore(resolved, lock_dir=repository.common_dir / "lanes-es" / "locks", read_only=read_only)
 
 
 def build_service(root: str | os.PathLike[str] = ".", store_url: str | None = None,
-                  clock: Any = system_now) -> LanesService:
+                  clock: Any = system_now, read_only: bool = False) -> LanesService:
     repository = locate_repository(root)
     try:
-        store = open_store(repository, store_url)
+        store = open_store(repository, store_url, read_only)
     except GitFailure as error:
         raise ServiceError("store_unavailable", str(error)) from None
     return LanesService(root=str(repository.root), store=store, adapters=RealAdapters(clock, repository.common_dir),

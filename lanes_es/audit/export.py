@@ -22,7 +22,7 @@ import msgspec
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic, resolve_topic
 
-from lanes_es.adapters.store import NullTranscoder, StructMapper
+from lanes_es.adapters.store import NullTranscoder, StructMapper, state_bytes
 from lanes_es.domain import events as ev
 from projections.batch import fold_documents, materialize
 
@@ -54,7 +54,7 @@ def export_lines(events: Iterable[Any]) -> Iterator[bytes]:
 
 def stored_line(row: StoredEvent) -> bytes:
     """The export line of a stored row: its JSON as written, plus its topic."""
-    fields = msgspec.json.decode(bytes(row.state))
+    fields = msgspec.json.decode(state_bytes(row))
     fields["topic"] = row.topic
     return _ENCODER.encode(fields) + b"\n"
 
