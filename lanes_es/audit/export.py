@@ -149,7 +149,7 @@ def _event_of_line(mapper: Any, line: bytes, where: str) -> tuple[StoredEvent, A
     row = StoredEvent(originator_id=originator_id, originator_version=originator_version, topic=topic,
                       state=_ENCODER.encode(fields))
     try:
-        event = mapper.to_domain_event(row)
+        event = mapper.decode(row)
     except (msgspec.ValidationError, msgspec.DecodeError) as error:
         raise ExportError(f"{where}: not a valid {event_class.__name__} ({error})") from None
     except (AttributeError, KeyError, TypeError, ValueError) as error:  # an upcaster meeting a bad shape
