@@ -194,6 +194,9 @@ class LanesService:
         settled: list[str] = []
         for task in observation["tasks"]:
             task_id = task["task_id"]
+            if not is_valid_id(task_id):  # the carrier names it; no file is looked up by such a name
+                reads[task_id] = f"invalid: task id {task_id!r} is not a valid task id (letters, digits, '.', '_', '-')"
+                continue
             tombstone = ports.kernel.read_tombstone(self.root, task_id)
             if tombstone is not None:
                 settled.append(task_id)

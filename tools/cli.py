@@ -318,6 +318,8 @@ def _tick(args: argparse.Namespace) -> int:
     if result.anchor_problem:
         print(f"lanes-es: checkpoint not written: {result.anchor_problem}", file=sys.stderr)
     _print(result.report, args.json, report_text)
+    if result.exit_code == EXIT_OK and result.report.get("lane_refusals"):
+        return EXIT_REFUSED  # an offer was refused: only its audit event was written; the lines above say why
     return result.exit_code
 
 
@@ -333,7 +335,7 @@ def report_text(report: dict[str, Any]) -> str:
     for handoff in report.get("handoffs", []):
         lines.append("handoff: " + _handoff_text(handoff))
     for refusal in report.get("lane_refusals", []):
-        hint = REFUSAL_HINTS.get(refusal["reason"], "")
+        hint = _refusal_hint(refusal)
         lines.append(f"refused offer: {refusal['task_id']} at {refusal['path']}: {refusal['reason']}"
                      + (f" ({hint})" if hint else ""))
     for key in ("lane_instruction", "lane_revision"):
@@ -359,6 +361,15 @@ REFUSAL_HINTS = {
     "batch_lane_occupied": "this Lane already holds a run; offer a fresh worktree",
     "batch_lane_unknown_child": "offer only children named in a provision handoff of the last tick",
 }
+
+
+def _refusal_hint(refusal: dict[str, Any]) -> str:
+    import os
+
+    if not os.path.isdir(refusal["path"]):
+        return (f"{refusal['path']} is not a directory: make the Lane first with the provision handoff's "
+                f"`git worktree add`, then offer it")
+    return REFUSAL_HINTS.get(refusal["reason"], "")
 
 
 def _handoff_text(handoff: dict[str, Any]) -> str:
