@@ -7,6 +7,21 @@ Its message names the thing, the cause and the next command to run.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
 
 class Refusal(Exception):
     """Refused or bad input: nothing was written but its audit event; the message says what to do next."""
+
+
+@contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """A write to `path` that fails (a full disk) raises without a file name; give it this one."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is None and error.errno is not None:
+            raise OSError(error.errno, error.strerror, str(path)) from None
+        raise

@@ -23,6 +23,7 @@ from lanes_es.audit.export import ExportError, read_export_rows, stored_lines, w
 from lanes_es.audit.replay import ReplayRangeError, ReplayResult, TerminalProgress, replay
 from lanes_es.audit.verify import Finding, VerifyReport, verify_batch, verify_export_events
 from lanes_es.domain.ids import is_valid_id
+from lanes_es.errors import naming
 from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK
 from lanes_es.service import ServiceError
 from projections.audit_html import render_audit_html
@@ -309,7 +310,8 @@ def audit_command(store: Any, batch_id: str, html_path: Path, out: TextIO | None
                   anchors: AnchorMarks | None = None) -> int:
     events, _ = load_batch(store, batch_id)
     page = render_audit_html(batch_id, events, anchors)
-    html_path.parent.mkdir(parents=True, exist_ok=True)
-    html_path.write_text(page, encoding="utf-8")
+    with naming(html_path):
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        html_path.write_text(page, encoding="utf-8")
     (out or sys.stdout).write(f"wrote the audit page of {batch_id} ({len(events)} events) to {html_path}\n")
     return EXIT_OK

@@ -10,7 +10,8 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from lanes_es.errors import Refusal
 from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_REFUSED
@@ -33,6 +34,8 @@ USER_ERRNOS = {
 
 def run_guarded(command: Callable[[], Any], prefix: str = "lanes-es") -> int:
     """Run `command` and turn what escapes it into a line on stderr and an exit code of the table."""
+    real_stdout = sys.stdout
+    sys.stdout = NamedOutput(real_stdout)
     try:
         code = int(command() or 0)
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not after the exit code is chosen
@@ -47,18 +50,62 @@ def run_guarded(command: Callable[[], Any], prefix: str = "lanes-es") -> int:
                     EXIT_INTERRUPTED)
     except OSError as error:
         if error.errno in USER_ERRNOS:
-            if error.filename is None:
+            line = f"{prefix}: {describe_os_error(error)}"
+            if error.filename == STDOUT_NAME:
                 _drop_stdout()
-            return _say(f"{prefix}: {describe_os_error(error)}", EXIT_REFUSED)
+            return _say(line, EXIT_REFUSED)
         return _internal(prefix, error)
     except Exception as error:  # noqa: BLE001 - the last line of defence says what happened
         return _internal(prefix, error)
+    finally:
+        sys.stdout = real_stdout
 
 
 def describe_os_error(error: OSError) -> str:
     """`cannot use PATH: cause; what to do`, naming stdout when no path is known."""
-    thing = error.filename if error.filename is not None else "the output (stdout)"
-    return f"cannot use {thing}: {USER_ERRNOS.get(error.errno, error.strerror or 'failed')}"
+    return f"cannot use {_culprit(error)}: {USER_ERRNOS.get(error.errno, error.strerror or 'failed')}"
+
+
+def _culprit(error: OSError) -> str:
+    """The path of the error (stdout's writes are named by `NamedOutput`)."""
+    return str(error.filename) if error.filename is not None else "a file being written"
+
+
+STDOUT_NAME = "the output (stdout)"
+
+
+class NamedOutput:
+    """stdout, whose write errors (a full disk) carry its name as their file name."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    @property
+    def buffer(self) -> Any:
+        return NamedOutput(self._stream.buffer)
+
+    def write(self, data: Any) -> int:
+        with _named_stdout():
+            return self._stream.write(data)
+
+    def flush(self) -> None:
+        with _named_stdout():
+            self._stream.flush()
+
+
+@contextmanager
+def _named_stdout() -> Iterator[None]:
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        if error.filename is None:
+            error.filename = STDOUT_NAME
+        raise
 
 
 def _drop_stdout() -> None:

@@ -23,6 +23,7 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic, resolve_topic
 
 from lanes_es.adapters.store import NullTranscoder, StructMapper, state_bytes
+from lanes_es.errors import naming
 from lanes_es.domain import events as ev
 from projections.batch import fold_documents, materialize
 
@@ -72,7 +73,7 @@ def write_export(events: Iterable[Any], path: Path) -> int:
 def write_lines(lines: Iterable[bytes], path: Path) -> int:
     """Write export lines to `path` (replacing it); returns the number of lines written."""
     count = 0
-    with open(path, "wb") as handle:
+    with naming(path), open(path, "wb") as handle:
         for line in lines:
             handle.write(line)
             count += 1
