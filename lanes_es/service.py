@@ -13,7 +13,7 @@ import time
 import uuid
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, describe_holder
 from lanes_es.audit.anchor import AnchorRefused
@@ -30,8 +30,12 @@ from lanes_es.errors import Refusal
 from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_NEEDS_PERSON, EXIT_OK, EXIT_REFUSED
 from lanes_es.domain.report import RETIRE_NEXT_ACTION, RETIRE_REASON, lane_report
 from lanes_es.ports import KernelError, PortError
-from lanes_es.tick import LaneTick, PlanMismatch, TickOutcome, lane_rejection_report, refusal_report
 from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput, TickInput, TickPorts
+
+if TYPE_CHECKING:
+    from lanes_es.tick import TickOutcome
+
+# The tick (lanes_es.tick) is imported by the use cases that run it, so that `status` starts fast.
 from projections.batch import documents_of, drift, materialize
 
 # upstream's runner turns these store conditions into a rejection instead of an error
@@ -302,6 +306,8 @@ class LanesService:
             batch = self.store.batch(authorization.batch_id)
             repaired = self._repair_drift(batch)
             if batch is None and max_parallel is not None and max_parallel != authorization.max_parallel:
+                from lanes_es.tick import refusal_report
+
                 tick = self._tick_input(slug, authorization, max_parallel, offers, instruction, revision, executor_runtime)
                 report = refusal_report(tick, None, "batch_parallel_mismatch",
                                         f"the authorization covers max_parallel {authorization.max_parallel}")
@@ -336,6 +342,8 @@ class LanesService:
         """Run the tick; when an append loses a race (the store refuses its expected version, which
         only a writer bypassing the lock can cause), reread the log and decide again, never writing
         over what the other writer appended."""
+        from lanes_es.tick import LaneTick, PlanMismatch
+
         def persist(live: LaneBatch) -> None:
             began = time.perf_counter()
             timings.events += self.store.save(live)
@@ -387,6 +395,8 @@ class LanesService:
         return None
 
     def _store_condition_report(self, tick: TickInput, ports: TickPorts, reason: str) -> TickOutcome:
+        from lanes_es.tick import LaneTick, TickOutcome, lane_rejection_report, refusal_report
+
         """What the log holds is what stands: report it rejected, with only safe release handoffs."""
         persisted = self.store.batch(tick.batch_id)
         if persisted is None:

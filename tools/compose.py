@@ -10,22 +10,19 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lanes_es.adapters.batch_git import GitBatch
-from lanes_es.adapters.final_verification import ProcessVerifier
-from lanes_es.adapters.git import git, git_ok
-from lanes_es.adapters.initiative_reader import read_local_initiative
-from lanes_es.adapters.kernel import ReferenceKernel
-from lanes_es.adapters.lane_git import GitLanes
-from lanes_es.adapters.leak_restore import GitLeakRestorer
-from lanes_es.adapters.runtime_contracts import ManifestRuntimeContracts
-from lanes_es.adapters.tracker import CommandTracker
+from lanes_es.adapters.git_dirs import find_checkout
 from lanes_es.adapters.store import EventStore, store_url_from_env
 from lanes_es.domain.ids import format_timestamp
 from lanes_es.ports import GitFailure
 from lanes_es.service import LanesService, ServiceError
-from lanes_es.tick_input import TickPorts
+
+if TYPE_CHECKING:
+    from lanes_es.tick_input import TickPorts
+
+# The adapters are imported where they are first used, so that a command that only reads the
+# store (`status`, `verify`) does not pay for git, the kernel and QA (`lanes-es bench startup`).
 
 
 def system_now() -> str:
@@ -45,6 +42,11 @@ def locate_repository(start: str | os.PathLike[str]) -> Repository:
     path = Path(start).resolve()
     if not path.is_dir():
         raise ServiceError("not_a_git_repository", f"{path} is not a directory; pass --root DIR of a git checkout")
+    found = find_checkout(path)
+    if found is not None:  # read from git's own files: no spawn
+        return Repository(root=found.top, common_dir=found.common_dir)
+    from lanes_es.adapters.git import git_ok
+
     result = git_ok(str(path), "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir")
     if result.exit_code != 0:
         raise ServiceError("not_a_git_repository",
@@ -76,6 +78,15 @@ class RealAdapters:
                           lambda: load_signer(common_dir))
 
     def tick_ports(self, root: str, slug: str) -> TickPorts:
+        from lanes_es.adapters.batch_git import GitBatch
+        from lanes_es.adapters.final_verification import ProcessVerifier
+        from lanes_es.adapters.kernel import ReferenceKernel
+        from lanes_es.adapters.lane_git import GitLanes
+        from lanes_es.adapters.leak_restore import GitLeakRestorer
+        from lanes_es.adapters.runtime_contracts import ManifestRuntimeContracts
+        from lanes_es.adapters.tracker import CommandTracker
+        from lanes_es.tick_input import TickPorts
+
         kernel = ReferenceKernel(clock=self.clock)
         command = os.environ.get("LANES_ES_TRACKER_COMMAND")
         return TickPorts(kernel=kernel, batch_git=GitBatch(), lane_git=GitLanes(), verifier=ProcessVerifier(),
@@ -84,12 +95,16 @@ class RealAdapters:
                          revisions=kernel if hasattr(kernel, "apply_delegated_revision") else None)
 
     def head(self, root: str) -> str:
+        from lanes_es.adapters.git import git_ok
+
         result = git_ok(root, "rev-parse", "--verify", "HEAD^{commit}")
         if result.exit_code != 0:
             raise ServiceError("uncommitted_head", f"{root} has no commit yet; commit the base before authorizing")
         return result.text
 
     def ensure_state_ignored(self, root: str) -> bool:
+        from lanes_es.adapters.git import git, git_ok
+
         if git_ok(root, "check-ignore", "-q", ".imm/state/batches").exit_code == 0:
             return False
         exclude = Path(git(root, "rev-parse", "--git-path", "info/exclude").text)
@@ -102,6 +117,8 @@ class RealAdapters:
         return True
 
     def read_initiative(self, root: str, slug: str) -> dict[str, Any]:
+        from lanes_es.adapters.initiative_reader import read_local_initiative
+
         return read_local_initiative(root, slug)
 
 

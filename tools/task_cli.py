@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from lanes_es.adapters.git import git_ok
+from lanes_es.adapters.git_dirs import find_checkout
 from lanes_es.adapters.kernel import ReferenceKernel, TaskStatus
 from lanes_es.adapters.qa import Verdict
 from lanes_es.errors import Refusal
@@ -135,10 +135,17 @@ def run_stop(args: argparse.Namespace) -> int:
 
 
 def locate_lane(start: str) -> tuple[str, str]:
-    """(the Lane's top level, its task id), from one git spawn; NotInLane says what to do otherwise."""
-    result = git_ok(start, "rev-parse", "--show-toplevel", "--symbolic-full-name", "HEAD")
-    lines = result.text.splitlines()
-    if result.exit_code != 0 or len(lines) < 2:
+    """(the Lane's top level, its task id), read from git's files or from one git spawn; NotInLane otherwise."""
+    found = find_checkout(start)
+    head = found.head_ref() if found is not None else None
+    if found is not None and head is not None:
+        lines = [str(found.top), head]
+    else:
+        from lanes_es.adapters.git import git_ok
+
+        result = git_ok(start, "rev-parse", "--show-toplevel", "--symbolic-full-name", "HEAD")
+        lines = result.text.splitlines() if result.exit_code == 0 else []
+    if len(lines) < 2:
         raise NotInLane(f"{os.path.abspath(start)} is not inside a git worktree; run `lanes-es task ...` inside the Lane the "
                         "coordinator handed you (a worktree on branch imm-lane/<slug>/<task>), or pass --root LANE")
     top, ref = lines[0], lines[1]
