@@ -26,6 +26,7 @@ from lanes_es.errors import Refusal
 from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_REFUSED
 from lanes_es.ports import KernelError
 
+PARKED_STATES = ("needs_human", "parked", "failed", "budget_stopped")
 LANE_REF = re.compile(r"^refs/heads/imm-lane/[^/]+/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
 
 GROUP_HELP = "the Executor's commands inside a Lane: status, check, submit, review, stop"
@@ -95,7 +96,34 @@ def register(subparsers: Any) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    return _in_lane(args, lambda kernel, lane, task: _show_status(kernel.status(lane, task), lane, args.json))
+    return _in_lane(args, lambda kernel, lane, task: _show_status(kernel.status(lane, task), lane, args.json,
+                                                                   coordinator_view(lane, task)))
+
+
+def coordinator_view(lane: str, task: str) -> dict[str, Any] | None:
+    """The task's entry in its batch's record, from the store the Lane shares with the coordinator.
+
+    The Lane's kernel says `done` once QA passed; only the batch knows that the coordinator
+    parked the task afterwards (a scope violation at the lane commit, say). None when the
+    batch cannot be read: the Lane's own status still stands.
+    """
+    found = find_checkout(lane)
+    head = found.head_ref() if found is not None else None
+    if found is None or head is None or not head.startswith("refs/heads/imm-lane/"):
+        return None
+    slug = head.split("/")[3]
+    try:
+        from lanes_es.errors import Refusal
+        from tools.compose import Repository, open_store
+
+        store = open_store(Repository(root=found.top, common_dir=found.common_dir), read_only=True)
+        initiative = store.initiative(slug)
+        batch = store.batch(initiative.current.batch_id) if initiative and initiative.current else None
+    except (Refusal, OSError):
+        return None
+    children = batch.record.get("children", []) if batch is not None else []
+    child = next((entry for entry in children if entry.get("task_id") == task), None)
+    return {"initiative_slug": slug, "batch_id": batch.id, **child} if child is not None else None
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -175,9 +203,18 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 # ---------------------------------------------------------------- output
 
 
-def _show_status(status: TaskStatus, lane: str, as_json: bool) -> int:
+def _show_status(status: TaskStatus, lane: str, as_json: bool, batch_child: dict[str, Any] | None = None) -> int:
+    parked = batch_child is not None and batch_child.get("state") in PARKED_STATES
+    if parked:  # the coordinator's word overrides the Lane's "done": nothing more happens without a person
+        status = msgspec.structs.replace(status, next_step=(
+            f"{batch_child['state']}: the coordinator parked this task ({batch_child.get('reason') or 'no reason'}); "
+            f"this Lane is kept. A person decides: `lanes-es status {batch_child['initiative_slug']}` in the "
+            f"coordinator checkout shows the batch"))
     if as_json:
-        print(json.dumps({"lane_path": lane, **msgspec.to_builtins(status)}, indent=2, ensure_ascii=False))
+        document = {"lane_path": lane, **msgspec.to_builtins(status)}
+        if batch_child is not None:
+            document["batch_child"] = batch_child
+        print(json.dumps(document, indent=2, ensure_ascii=False))
         return EXIT_OK
     print(f"task {status.task_id} in Lane {lane} (run {status.run_id}, record revision {status.record_revision})")
     print(f"  lifecycle {status.lifecycle}, artifact {status.artifact_state}, "

@@ -308,3 +308,43 @@ def test_fingerprint_sees_a_change(tmp_path):
 
 
 __all__ = ["lanes", "fingerprint", "refused", "shutil"]
+
+
+# ---------------------------------------------------------------- the autopilot and the Lane
+
+
+def test_run_refuses_an_unusable_executor_or_lanes_dir_before_confirming(repo, tmp_path):
+    lanes_file = tmp_path / "lanes-file"
+    lanes_file.write_text("")
+    for executor, lanes_dir, words in (
+            ("no-such-binary-i11", tmp_path / "lanes", ("'no-such-binary-i11' is not on PATH",)),
+            ("/nonexistent/agent", tmp_path / "lanes", ("/nonexistent/agent does not exist",)),
+            ("", tmp_path / "lanes", ("--executor is empty",)),
+            ("true", lanes_file, (f"--lanes-dir {lanes_file} is a file",))):
+        refused(lanes(repo, "run", SLUG, "--max-parallel", "2", "--lanes-dir", str(lanes_dir), "--executor",
+                      executor, "--yes"), *words)
+    assert rows(store_of(repo)) == []
+    assert not (tmp_path / "lanes").exists()
+
+
+def test_the_run_help_example_names_the_demo(repo):
+    text = lanes(repo, "run", "--help").stdout
+    assert "`lanes-es demo`" in text and "my-agent" in text
+
+
+def test_task_status_in_a_parked_lane_says_parked_not_done(tmp_path):
+    from tests.engine import Engine, Task
+
+    engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])})
+    engine.authorize()
+    lane = engine.provision("task-a", engine.tick())
+    engine.tick({"task-a": lane})
+    engine.deliver("task-a", "b.txt", "outside the scope\n")
+    for _ in range(3):
+        report = engine.tick()
+    assert report["children"][0]["state"] == "needs_human"
+    status = lanes(lane, "task", "status")
+    assert status.returncode == EXIT_OK
+    assert "the coordinator parked this task (dirty_outside_scope" in status.stdout
+    assert "done: the coordinator commits" not in status.stdout
+    assert json.loads(lanes(lane, "task", "status", "--json").stdout)["batch_child"]["state"] == "needs_human"
