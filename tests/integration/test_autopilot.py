@@ -88,6 +88,7 @@ def assert_completed_as_planned(root: str, lanes: Path) -> dict[str, Any]:
         assert git_out(root, "show", f"imm/{SLUG}:{path}") + "\n" == content, path
     assert git_out(root, "worktree", "list", "--porcelain").count("worktree ") == 1  # the coordinator alone
     assert sorted(entry.name for entry in lanes.iterdir()) == [".executor-logs"]
+    assert git_out(root, "branch", "--list", f"imm-lane/{SLUG}/*") == ""  # each released Lane's branch went too
     verified = subprocess.run([sys.executable, "-m", "tools.cli", "--root", root, "verify", batch_id], cwd=PROJECT,
                               capture_output=True, text=True)
     assert verified.returncode == 0, verified.stdout + verified.stderr
