@@ -23,8 +23,6 @@ from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.ids import batch_branch_name, is_valid_id
 from lanes_es.domain.initiative import Initiative
-from lanes_es.domain.inputs import parse_positive_count
-from lanes_es.domain.plan import project_batch_plan
 from lanes_es.domain.record import IN_FLIGHT, is_terminal
 from lanes_es.errors import Refusal
 from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_NEEDS_PERSON, EXIT_OK, EXIT_REFUSED
@@ -212,6 +210,8 @@ class LanesService:
         intent_errors = {task: intent_error_text(read, task, slug) for task, read in reads.items()
                          if isinstance(read, str) and task not in settled}
         try:
+            from lanes_es.domain.plan import project_batch_plan  # with the intent parser: not for `status`
+
             plan = project_batch_plan(observation, reads, settled_tasks=settled)
         except ValueError as error:
             causes = "".join(f"; {task}: {text}" for task, text in intent_errors.items())
@@ -227,6 +227,8 @@ class LanesService:
                      delegate_revisions: bool = False) -> Confirmation:
         """What `authorize` will ask the user to confirm; nothing is written."""
         # Whatever authorize accepts, the tick must be able to record: the same bounds as the v2 validator.
+        from lanes_es.domain.inputs import parse_positive_count
+
         max_parallel = parse_positive_count(max_parallel, "max_parallel")
         max_children = parse_positive_count(max_children, "max_children")
         qa_failure_limit = parse_positive_count(qa_failure_limit, "qa_failure_limit")

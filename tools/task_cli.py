@@ -113,10 +113,10 @@ def coordinator_view(lane: str, task: str) -> dict[str, Any] | None:
         return None
     slug = head.split("/")[3]
     try:
+        from lanes_es.adapters.store import EventStore, store_url_from_env
         from lanes_es.errors import Refusal
-        from tools.compose import Repository, open_store
 
-        store = open_store(Repository(root=found.top, common_dir=found.common_dir), read_only=True)
+        store = EventStore(store_url_from_env(None, found.common_dir), read_only=True)
         initiative = store.initiative(slug)
         batch = store.batch(initiative.current.batch_id) if initiative and initiative.current else None
     except (Refusal, OSError):
