@@ -237,7 +237,14 @@ def verify_export_command(path: Path, as_json: bool = False, out: TextIO | None 
     try:
         rows, events, stored_breaks = read_export_rows(path)
     except ExportError as error:
-        raise ServiceError("invalid_export", str(error)) from None
+        if not path.is_file():  # nothing to verify: a wrong path is bad input, not a finding
+            raise ServiceError("invalid_export", str(error)) from None
+        # A damaged export is what verify is for: the damage is its finding, not a refusal.
+        damaged = VerifyReport(batch_id=path.name, events=0, head="", batch_state=None,
+                               findings=[Finding(check="export", version=None, code="unreadable_export",
+                                                 message=str(error))])
+        _print_verify(damaged, as_json, out)
+        return EXIT_FAILED
     progress = TerminalProgress(stream=err, label="verifying")
     try:
         report = verify_export_events(events, progress=progress, stored_breaks=stored_breaks)

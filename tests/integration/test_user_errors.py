@@ -348,3 +348,20 @@ def test_task_status_in_a_parked_lane_says_parked_not_done(tmp_path):
     assert "the coordinator parked this task (dirty_outside_scope" in status.stdout
     assert "done: the coordinator commits" not in status.stdout
     assert json.loads(lanes(lane, "task", "status", "--json").stdout)["batch_child"]["state"] == "needs_human"
+
+
+# ---------------------------------------------------------------- files in the wrong encoding
+
+
+def test_a_carrier_not_in_utf8_is_named(repo):
+    (repo / "docs" / "initiatives" / "latin.md").write_bytes("# D\n\n## S1: café\n\nTasks:\n- greet\n".encode("latin-1"))
+    refused(lanes(repo, "plan", "latin"), "docs/initiatives/latin.md is not UTF-8 text", "save it as UTF-8")
+
+
+def test_a_damaged_export_is_a_finding_and_a_missing_one_bad_input(repo, tmp_path):
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_bytes(b"\xff\xfe{not json")
+    result = lanes(repo, "verify", "--export", str(damaged))
+    assert result.returncode == EXIT_FINDING and "FAIL export: unreadable_export" in result.stdout
+    refused(lanes(repo, "verify", "--export", str(tmp_path / "missing.jsonl")), "cannot read the export")
+    refused(lanes(repo, "rebuild", "--from-export", str(damaged)), "invalid_export")
