@@ -8,8 +8,10 @@ Its message names the thing, the cause and the next command to run.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class Refusal(Exception):
