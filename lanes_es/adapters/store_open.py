@@ -42,7 +42,15 @@ def sqlite_database(path: str, read_only: bool) -> str:
     return path
 
 
+_HEADERS_READ: set[str] = set()
+
+
 def _refuse_foreign(store: Path) -> None:
+    """Read the header once per process: closing any descriptor of a SQLite file drops the POSIX locks the
+    process's open connections hold on it (the steward's lease renews from a thread), so never again later."""
+    if str(store) in _HEADERS_READ:
+        return
+    _HEADERS_READ.add(str(store))
     try:
         with open(store, "rb") as handle:
             header = handle.read(len(SQLITE_HEADER))
