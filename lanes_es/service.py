@@ -13,9 +13,8 @@ import time
 import uuid
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
-from lanes_es.adapters.plan_observer import observe_plan
 from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, describe_holder
 from lanes_es.audit.anchor import AnchorRefused
 from lanes_es.audit.signing import KeyError_
@@ -25,17 +24,23 @@ from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.ids import batch_branch_name, is_valid_id
 from lanes_es.domain.initiative import Initiative
 from lanes_es.domain.record import IN_FLIGHT, is_terminal
+from lanes_es.errors import Refusal
+from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_NEEDS_PERSON, EXIT_OK, EXIT_REFUSED
 from lanes_es.domain.report import RETIRE_NEXT_ACTION, RETIRE_REASON, lane_report
 from lanes_es.ports import KernelError, PortError
-from lanes_es.tick import PlanMismatch, TickContext, TickOutcome, lane_rejection_report, refusal_report, run_lane_batch
 from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput, TickInput, TickPorts
+
+if TYPE_CHECKING:
+    from lanes_es.tick import TickOutcome
+
+# The tick (lanes_es.tick) is imported by the use cases that run it, so that `status` starts fast.
 from projections.batch import documents_of, drift, materialize
 
 # upstream's runner turns these store conditions into a rejection instead of an error
 _STORE_CONDITION = re.compile(r"retired file-store|kernel store|CAS mismatch|store is busy|locked", re.IGNORECASE)
 STORE_CONDITION_NEXT = "settle the reported kernel store condition and retry in the current Host"
 
-EXIT_OK, EXIT_INTERNAL, EXIT_REJECTED, EXIT_STOPPED = 0, 1, 2, 3
+EXIT_REJECTED, EXIT_STOPPED = EXIT_REFUSED, EXIT_NEEDS_PERSON  # the names the service's callers use
 
 # How long a tick waits for another tick of its batch to end before it reports busy.
 DEFAULT_LOCK_WAIT = 5.0
@@ -61,7 +66,7 @@ class Adapters(Protocol):
         """Bring the batch's signed checkpoint in git up to `version` (lanes_es/audit/anchor.py)."""
 
 
-class ServiceError(Exception):
+class ServiceError(Refusal):
     """A use case refused: `code` is stable, the message says what to do next."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -183,14 +188,24 @@ class LanesService:
         """The batch plan as the coordinator reads it now (contracts §10.3)."""
         _check_slug(slug)
         ports = self.adapters.tick_ports(self.root, slug)
+        from lanes_es.adapters.plan_observer import read_plan_inputs  # with the intent parser: not for `status`
+
         try:
-            return observe_plan(self.root, slug, read_initiative=self.adapters.read_initiative,
-                                batch_git=ports.batch_git, kernel=ports.kernel)
+            inputs = read_plan_inputs(self.root, slug, read_initiative=self.adapters.read_initiative,
+                                      batch_git=ports.batch_git, kernel=ports.kernel)
         except PortError as error:
             raise ServiceError("plan_projection_failed", str(error)) from None
+        # Upstream's plan keeps only a reason code; the precise cause and its fix go beside it.
+        intent_errors = {task: intent_error_text(read, task, slug) for task, read in inputs.reads.items()
+                         if isinstance(read, str) and task not in inputs.settled}
+        try:
+            plan = inputs.project()
         except ValueError as error:
+            causes = "".join(f"; {task}: {text}" for task, text in intent_errors.items())
             raise ServiceError("empty_enrollable_set" if "no enrollable" in str(error) else "plan_projection_failed",
-                               str(error)) from None
+                               f"{error}{causes}") from None
+        plan["intent_errors"] = intent_errors
+        return plan
 
     # ------------------------------------------------------------ authorize
 
@@ -198,6 +213,12 @@ class LanesService:
                      qa_failure_limit: int | None = None, final_verification: list[str] | None = None,
                      delegate_revisions: bool = False) -> Confirmation:
         """What `authorize` will ask the user to confirm; nothing is written."""
+        # Whatever authorize accepts, the tick must be able to record: the same bounds as the v2 validator.
+        from lanes_es.domain.inputs import parse_positive_count
+
+        max_parallel = parse_positive_count(max_parallel, "max_parallel")
+        max_children = parse_positive_count(max_children, "max_children")
+        qa_failure_limit = parse_positive_count(qa_failure_limit, "qa_failure_limit")
         initiative = self.initiative(slug)
         current = initiative.current if initiative else None
         recorded = self.store.batch(current.batch_id) if current else None
@@ -225,6 +246,8 @@ class LanesService:
     def _require_plan_unchanged(self, slug: str, recorded: LaneBatch) -> None:
         """A recorded batch runs the plan it was confirmed on; a changed plan is a new batch (upstream:
         "a changed plan is not repaired by confirmation alone")."""
+        from lanes_es.adapters.plan_observer import observe_plan
+
         ports = self.adapters.tick_ports(self.root, slug)
         own = [child["task_id"] for child in recorded.record["children"]]
         try:
@@ -296,6 +319,8 @@ class LanesService:
             batch = self.store.batch(authorization.batch_id)
             repaired = self._repair_drift(batch)
             if batch is None and max_parallel is not None and max_parallel != authorization.max_parallel:
+                from lanes_es.tick import refusal_report
+
                 tick = self._tick_input(slug, authorization, max_parallel, offers, instruction, revision, executor_runtime)
                 report = refusal_report(tick, None, "batch_parallel_mismatch",
                                         f"the authorization covers max_parallel {authorization.max_parallel}")
@@ -330,6 +355,8 @@ class LanesService:
         """Run the tick; when an append loses a race (the store refuses its expected version, which
         only a writer bypassing the lock can cause), reread the log and decide again, never writing
         over what the other writer appended."""
+        from lanes_es.tick import PlanMismatch, run_lane_batch
+
         def persist(live: LaneBatch) -> None:
             began = time.perf_counter()
             timings.events += self.store.save(live)
@@ -342,6 +369,14 @@ class LanesService:
                 return run_lane_batch(tick, batch, _timed(ports, timings), persist)
             except PlanMismatch as error:
                 raise ServiceError("plan_changed", f"{error}; re-authorize the Initiative") from None
+            except TransitionRefused as error:
+                if batch is not None:
+                    raise
+                # An authorization recorded by an older version that its batch cannot start with: the way out.
+                slug = tick.initiative_slug
+                raise ServiceError("batch_authorization_invalid",
+                                   f"{error}; this authorization cannot start a batch: run `lanes-es retire {slug} "
+                                   f"--yes` then `lanes-es authorize {slug}`") from None
             except StoreConflict as error:
                 if attempt == LOST_RACE_RETRIES:
                     return self._store_condition_report(tick, ports, str(error))
@@ -373,6 +408,8 @@ class LanesService:
 
     def _store_condition_report(self, tick: TickInput, ports: TickPorts, reason: str) -> TickOutcome:
         """What the log holds is what stands: report it rejected, with only safe release handoffs."""
+        from lanes_es.tick import TickContext, TickOutcome, lane_rejection_report, refusal_report
+
         persisted = self.store.batch(tick.batch_id)
         if persisted is None:
             return TickOutcome(refusal_report(tick, None, "batch_store_condition", reason), None, written=False)
@@ -529,6 +566,16 @@ def _timed(ports: TickPorts, timings: _Timings) -> TickPorts:
     from dataclasses import replace
 
     return replace(ports, kernel=_TimedKernel(ports.kernel, timings))
+
+
+def intent_error_text(error: str, task_id: str, slug: str) -> str:
+    """The intent reader's message with the command that fixes the commonest causes."""
+    if re.search(r"TaskIntent \S+ is not tracked", error):
+        path = f"docs/plans/{task_id}.intent.json"  # the reader names the archive it tried last
+        return f"missing: TaskIntent {path} is not tracked; commit it: `git add {path} && git commit`"
+    if "names task" in error:
+        return f"{error}; set its task_id to {task_id}, or name the file after its task"
+    return f"{error}; fix the file, then `lanes-es plan {slug}` shows the result"
 
 
 def _check_slug(slug: str) -> None:

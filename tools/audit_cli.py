@@ -23,12 +23,14 @@ from lanes_es.audit.export import ExportError, read_export_rows, stored_lines, w
 from lanes_es.audit.replay import ReplayRangeError, ReplayResult, TerminalProgress, replay
 from lanes_es.audit.verify import Finding, VerifyReport, verify_batch, verify_export_events
 from lanes_es.domain.ids import is_valid_id
-from lanes_es.service import EXIT_INTERNAL, EXIT_OK, ServiceError
+from lanes_es.errors import naming
+from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK
+from lanes_es.service import ServiceError
 from projections.audit_html import render_audit_html
 from projections.timeline import AnchorMarks, TimelineRow
 from tools.anchor_cli import AnchorOptions, anchor_marks
 
-EXIT_FAILED = EXIT_INTERNAL  # a check that does not hold: 1, as `rebuild --check` reports drift
+EXIT_FAILED = EXIT_FINDING  # a check that does not hold: 1, as `rebuild --check` reports drift
 
 
 def register(commands: Any) -> None:
@@ -86,7 +88,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Path]:
     from tools.compose import locate_repository, open_store
 
     repository = locate_repository(args.root)
-    return open_store(repository, getattr(args, "store", None)), repository.root
+    return open_store(repository, getattr(args, "store", None), read_only=True), repository.root
 
 
 def _with_store(args: argparse.Namespace, run: Callable[[Any, Path], int]) -> int:
@@ -235,7 +237,14 @@ def verify_export_command(path: Path, as_json: bool = False, out: TextIO | None 
     try:
         rows, events, stored_breaks = read_export_rows(path)
     except ExportError as error:
-        raise ServiceError("invalid_export", str(error)) from None
+        if not path.is_file():  # nothing to verify: a wrong path is bad input, not a finding
+            raise ServiceError("invalid_export", str(error)) from None
+        # A damaged export is what verify is for: the damage is its finding, not a refusal.
+        damaged = VerifyReport(batch_id=path.name, events=0, head="", batch_state=None,
+                               findings=[Finding(check="export", version=None, code="unreadable_export",
+                                                 message=str(error))])
+        _print_verify(damaged, as_json, out)
+        return EXIT_FAILED
     progress = TerminalProgress(stream=err, label="verifying")
     try:
         report = verify_export_events(events, progress=progress, stored_breaks=stored_breaks)
@@ -308,7 +317,8 @@ def audit_command(store: Any, batch_id: str, html_path: Path, out: TextIO | None
                   anchors: AnchorMarks | None = None) -> int:
     events, _ = load_batch(store, batch_id)
     page = render_audit_html(batch_id, events, anchors)
-    html_path.parent.mkdir(parents=True, exist_ok=True)
-    html_path.write_text(page, encoding="utf-8")
+    with naming(html_path):
+        html_path.parent.mkdir(parents=True, exist_ok=True)
+        html_path.write_text(page, encoding="utf-8")
     (out or sys.stdout).write(f"wrote the audit page of {batch_id} ({len(events)} events) to {html_path}\n")
     return EXIT_OK

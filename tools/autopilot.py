@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import shutil
+from pathlib import Path
 from typing import Any, Callable
 
 RUN_DESCRIPTION = """\
@@ -31,12 +34,14 @@ It stops on completed, needs_human, budget_stopped, failed, a rejected tick or a
 coordinator handoff, and when nothing more can happen without you; the summary says what to
 do next. Interrupted or killed, run the same command again: it goes on from the log.
 
-Try it: lanes-es --root REPO run SLUG --max-parallel 3 --lanes-dir ../lanes \\
-          --executor "python -m tools.example_executor"
+Try it: `lanes-es demo` makes a repository and runs this autopilot on it to the end, with
+tools.example_executor as the Executor (a scripted one: it writes only what the demo's hints
+name, so elsewhere its work fails the task's checks). With your own Executor:
+  lanes-es --root REPO run SLUG --max-parallel 3 --lanes-dir ../lanes --executor "my-agent --task-from-env"
 """
 
 RUN_EPILOG = ("Exit codes: 0 completed, 3 stopped (needs_human, budget_stopped, failed, a coordinator handoff, "
-              "no progress), 2 rejected or refused, 1 internal error, 130 interrupted.")
+              "no progress), 2 rejected or refused, 70 internal error, 130 interrupted.")
 
 
 # ---------------------------------------------------------------- command line
@@ -97,10 +102,29 @@ def _run(args: argparse.Namespace) -> int:
         argv = shlex.split(args.executor)
     except ValueError as error:
         raise ServiceError("invalid_executor", f"the Executor command cannot be split: {error}") from None
+    refuse_unusable_run(argv, Path(args.lanes_dir))
     final = parse_final_verification(args.final_verification) if args.final_verification else None
     return run_autopilot(service_of(args), args.slug, args.max_parallel, args.lanes_dir, argv, args.yes,
                          poll=args.poll, final_verification=final, delegate_revisions=args.delegate_revisions,
                          json_lines=args.json, wait=args.wait)
 
 
-__all__ = ["register"]
+def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
+    """What would only fail after the batch is confirmed and Lanes are made is refused before anything is written."""
+    from lanes_es.service import ServiceError
+
+    if not argv:
+        raise ServiceError("invalid_executor", "--executor is empty; name the command each Lane's Executor runs")
+    program = argv[0]
+    if "/" not in program and shutil.which(program) is None:
+        raise ServiceError("invalid_executor", f"the Executor command {program!r} is not on PATH; install it, or "
+                                               f"give its absolute path with --executor")
+    if program.startswith("/") and not os.access(program, os.X_OK):
+        raise ServiceError("invalid_executor", f"the Executor command {program} does not exist or cannot be run; "
+                                               f"check the path with --executor")
+    if lanes_dir.exists() and not lanes_dir.is_dir():
+        raise ServiceError("invalid_lanes_dir", f"--lanes-dir {lanes_dir} is a file; name a directory (it is made "
+                                                f"when missing)")
+
+
+__all__ = ["register", "refuse_unusable_run"]

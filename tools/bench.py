@@ -9,6 +9,7 @@ Lane, at most 2N + 4 spawns for such a tick. Also the spawns of one `inspect_lan
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import tempfile
@@ -26,12 +27,13 @@ def register(commands: Any) -> None:
     command.add_argument("--repeat", type=int, default=5, help="quiet ticks measured per N (default 5)")
     command.add_argument("--json", action="store_true")
     command.set_defaults(func=lambda args: run_bench(args.lanes, args.repeat, args.json))
-    from tools import bench_anchor, bench_integration, bench_store
-
     others = command.add_subparsers(title="other benchmarks", metavar="WHAT")
-    bench_anchor.register(others)
-    bench_store.register(others)
-    bench_integration.register(others)
+    for module in OTHER_BENCHMARKS:
+        importlib.import_module(module).register(others)
+
+
+# Each module's `register(subparsers)` adds `lanes-es bench WHAT`; add yours here.
+OTHER_BENCHMARKS = ("tools.bench_anchor", "tools.bench_store", "tools.bench_integration", "tools.bench_startup")
 
 
 def _intent(task_id: str) -> str:

@@ -1,7 +1,9 @@
 """`lanes-es`: the command line of the lane batch engine.
 
-Exit codes: 0 running or completed, 3 needs_human / budget_stopped / failed, 2 a rejected tick
-or invalid input, 1 an internal error.
+Start-up is kept cheap (`lanes-es bench startup`): this module imports only argparse and the
+exit codes; each command imports what it uses when it runs, and a command group that lives
+in its own module (COMMAND_MODULES) is imported only when that command is the one asked for.
+Every error reaches `run_guarded`, which keeps the exit-code table of lanes_es/exit_codes.py.
 """
 
 from __future__ import annotations
@@ -9,14 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from lanes_es.domain.inputs import (
-    InvalidInput, parse_final_verification, parse_lane_instruction, parse_lane_offers, parse_lane_revision,
-    parse_max_parallel,
-)
-from lanes_es.service import DEFAULT_LOCK_WAIT, EXIT_INTERNAL, EXIT_REJECTED, BatchBusy, LanesService, ServiceError
-from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
+from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_REFUSED, exit_code_text
+from tools.cli_errors import run_guarded
+
+if TYPE_CHECKING:
+    from lanes_es.service import LanesService
 
 DESCRIPTION = """\
 Run an Initiative's tasks in parallel git worktrees (Lanes) and integrate each onto the
@@ -34,30 +35,57 @@ A batch, step by step:
 Or let the demo show it all: lanes-es demo
 """
 
-EPILOG = "Exit codes: 0 running/completed, 3 needs_human/budget_stopped/failed, 2 rejected or invalid input, 1 internal error."
+EPILOG = "Exit codes (every command):\n" + exit_code_text()
+
+# Commands whose code lives in a module of their own: imported only when asked for, so that
+# `lanes-es --help`, `status` and `task submit` start fast. A module's `register(commands)`
+# adds its commands; the help here is what `lanes-es --help` lists without importing it.
+COMMAND_MODULES: dict[str, tuple[str, str]] = {
+    "task": ("tools.task_cli", "the Executor's commands inside a Lane: status, check, submit, review, stop"),
+    "replay": ("tools.audit_cli", "replay a batch's log, checking every step"),
+    "verify": ("tools.audit_cli", "verify a batch: chain, projections and, when completed, the batch branch"),
+    "export": ("tools.audit_cli", "write a batch's log as JSON Lines"),
+    "audit": ("tools.audit_cli", "write a batch's audit page (one self-contained HTML file)"),
+    "key": ("tools.anchor_cli", "the signing key of checkpoints and attestations"),
+    "prove": ("tools.anchor_cli", "print an inclusion proof of one event in the batch's signed checkpoint"),
+    "verify-proof": ("tools.anchor_cli", "check an inclusion proof against a checkpoint and a public key alone"),
+    "intent": ("tools.intent_cli", "read-only reports on TaskIntents: the scope overlap of intent files"),
+    "batches": ("tools.batches_cli", "list every batch in the store: repository, state, children by status"),
+    "demo": ("tools.demo", "run a whole batch on a new temporary repository"),
+    "bench": ("tools.bench", "benchmarks: git spawns and tick time, start-up, store, checkpoint, integration"),
+    "run": ("tools.autopilot", "the autopilot: run an Initiative's batch to the end"),
+    "mcp": ("tools.mcp_server", "serve the engine over MCP stdio (needs the mcp extra)"),
+}
+GLOBAL_OPTIONS_WITH_VALUE = ("--root", "--store")
+DEFAULT_TICK_WAIT = 5.0  # lanes_es.service.DEFAULT_LOCK_WAIT, not imported so that building the parser stays cheap
+MAX_COUNT = 2**53 - 1  # the largest count a record keeps (JavaScript's safe integer, as upstream)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(selected_command(argv))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_REJECTED
-    try:
-        return int(args.func(args) or 0)
-    except (ServiceError, InvalidInput) as error:
-        print(f"lanes-es: {error}", file=sys.stderr)
-        return EXIT_REJECTED
-    except KeyboardInterrupt:
-        print("lanes-es: interrupted; the log keeps every step already taken, run the command again to go on",
-              file=sys.stderr)
-        return 130
-    except Exception as error:  # noqa: BLE001 - the last line of defence says what happened
-        print(f"lanes-es: internal error: {type(error).__name__}: {error}", file=sys.stderr)
-        return EXIT_INTERNAL
+        parser.print_help(sys.stderr)
+        return EXIT_REFUSED
+    return run_guarded(lambda: args.func(args))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def selected_command(argv: list[str]) -> str | None:
+    """The command word of an argument list (skipping the global options), or None."""
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in GLOBAL_OPTIONS_WITH_VALUE:
+            skip = True
+        elif not token.startswith("-"):
+            return token
+    return None
+
+
+def build_parser(selected: str | None = "*") -> argparse.ArgumentParser:
+    """The parser; with `selected` a command word, only that command's module is imported ("*": every one)."""
     parser = argparse.ArgumentParser(prog="lanes-es", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", default=".", help="the coordinator checkout (default: the current directory)")
@@ -71,9 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_status(commands)
     _add_rebuild(commands)
     _add_retire(commands)
-    for module in ("tools.task_cli", "tools.intent_cli", "tools.audit_cli", "tools.anchor_cli", "tools.batches_cli",
-                   "tools.demo", "tools.bench", "tools.autopilot", "tools.mcp_server"):
-        _register_optional(module, commands)
+    modules = dict.fromkeys(module for module, _ in COMMAND_MODULES.values())
+    for module in modules:
+        if selected == "*" or COMMAND_MODULES.get(selected or "", ("",))[0] == module:
+            _register_optional(module, commands)
+    for name, (_, help_text) in COMMAND_MODULES.items():
+        if name not in commands.choices:
+            commands.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
@@ -90,10 +122,11 @@ def _register_optional(module: str, commands: Any) -> None:
     loaded.register(commands)
 
 
-def service_of(args: argparse.Namespace) -> LanesService:
+def service_of(args: argparse.Namespace, read_only: bool = False) -> LanesService:
+    """The service on the store of --store; `read_only` for a command that writes nothing (works on a read-only store)."""
     from tools.compose import build_service
 
-    return build_service(args.root, args.store)
+    return build_service(args.root, args.store, read_only=read_only)
 
 
 def _print(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
@@ -113,7 +146,7 @@ def _add_plan(commands: Any) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    plan = service_of(args).plan(args.slug)
+    plan = service_of(args, read_only=True).plan(args.slug)
     printable = {key: value for key, value in plan.items() if key != "enrollable"}
     printable["enrollable"] = [child.plain() for child in plan["enrollable"]]
     _print(printable, args.json, _plan_text)
@@ -126,6 +159,8 @@ def _plan_text(plan: dict[str, Any]) -> str:
         blocked = f" (blocked by {', '.join(child['blocked_by'])})" if child["blocked_by"] else ""
         reason = f": {child['reason']}" if child.get("reason") else ""
         lines.append(f"  {child['task_id']} [{child['status']}{reason}]{blocked}")
+        if child["task_id"] in plan.get("intent_errors", {}):
+            lines.append(f"    {plan['intent_errors'][child['task_id']]}")
     lines.append("parallel groups: " + " | ".join(", ".join(group) for group in plan["parallel_groups"]))
     for conflict in plan.get("scope_conflicts", []):
         lines.append(f"serialized: {conflict['task_id']} overlaps {', '.join(conflict['overlaps_with'])}")
@@ -162,18 +197,23 @@ def positive_int(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError("expected a positive integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("expected a positive integer")
+    if not 0 < value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a positive integer of at most {MAX_COUNT}")
     return value
 
 
 def _authorize(args: argparse.Namespace) -> int:
+    from lanes_es.domain.inputs import parse_final_verification
+    from lanes_es.service import ServiceError
+
     service = service_of(args)
     final = parse_final_verification(args.final_verification) if args.final_verification else None
     confirmation = service.confirmation(args.slug, max_parallel=args.max_parallel, max_children=args.max_children,
                                         qa_failure_limit=args.qa_failure_limit, final_verification=final,
                                         delegate_revisions=args.delegate_revisions)
     facts = confirmation.facts()
+    for task_id, text in confirmation.plan.get("intent_errors", {}).items():
+        print(f"lanes-es: {task_id} is excluded: {text}", file=sys.stderr)
     if not args.yes:
         if not sys.stdin.isatty():
             print(json.dumps(facts, indent=2), file=sys.stderr)
@@ -211,8 +251,8 @@ def _add_tick(commands: Any) -> None:
                          help='a lane_revision: {"task_id", "next_intent": {...TaskIntent v1...}}')
     command.add_argument("--executor-runtime", default=None, metavar="DIR",
                          help="the runtime dir a Lane Executor loads, for the contract check on a new batch")
-    command.add_argument("--wait", type=float, default=DEFAULT_LOCK_WAIT, metavar="SECONDS",
-                         help=f"when another tick holds the batch, wait this long for it (default {DEFAULT_LOCK_WAIT:g}; "
+    command.add_argument("--wait", type=float, default=DEFAULT_TICK_WAIT, metavar="SECONDS",
+                         help=f"when another tick holds the batch, wait this long for it (default {DEFAULT_TICK_WAIT:g}; "
                               f"0 refuses at once); then refuse as busy: exit 2, nothing written")
     command.add_argument("--json", action="store_true", help="print the whole report as JSON")
     command.set_defaults(func=_tick)
@@ -220,6 +260,9 @@ def _add_tick(commands: Any) -> None:
 
 def parse_tick_inputs(max_parallel: Any, offers: Any, instruction: Any, revision: Any) -> dict[str, Any]:
     """Untrusted tick parameters, checked with upstream's limits before anything is read or written."""
+    from lanes_es.domain.inputs import parse_lane_instruction, parse_lane_offers, parse_lane_revision, parse_max_parallel
+    from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
+
     parsed_offers = parse_lane_offers(offers)
     parsed_instruction = parse_lane_instruction(instruction)
     parsed_revision = parse_lane_revision(revision)
@@ -235,6 +278,8 @@ def parse_tick_inputs(max_parallel: Any, offers: Any, instruction: Any, revision
 
 
 def _json_argument(text: str | None, name: str) -> Any:
+    from lanes_es.domain.inputs import InvalidInput
+
     if text is None:
         return None
     try:
@@ -244,6 +289,8 @@ def _json_argument(text: str | None, name: str) -> Any:
 
 
 def _tick(args: argparse.Namespace) -> int:
+    from lanes_es.domain.inputs import InvalidInput
+
     max_parallel: Any = None
     if args.max_parallel is not None:
         try:
@@ -258,18 +305,22 @@ def _tick(args: argparse.Namespace) -> int:
         offers.append({"task_id": task_id, "path": path})
     inputs = parse_tick_inputs(max_parallel, offers or None, _json_argument(args.instruction, "lane_instruction"),
                                _json_argument(args.revision, "lane_revision"))
+    from lanes_es.service import BatchBusy
+
     try:
         result = service_of(args).tick(args.slug, executor_runtime=args.executor_runtime, wait=args.wait, **inputs)
     except BatchBusy as busy:
         if not args.json:
             raise
         print(json.dumps(busy.report(), indent=2))
-        return EXIT_REJECTED
+        return EXIT_REFUSED
     for line in result.drift:
         print(f"lanes-es: drift repaired: {line}", file=sys.stderr)
     if result.anchor_problem:
         print(f"lanes-es: checkpoint not written: {result.anchor_problem}", file=sys.stderr)
     _print(result.report, args.json, report_text)
+    if result.exit_code == EXIT_OK and result.report.get("lane_refusals"):
+        return EXIT_REFUSED  # an offer was refused: only its audit event was written; the lines above say why
     return result.exit_code
 
 
@@ -285,7 +336,7 @@ def report_text(report: dict[str, Any]) -> str:
     for handoff in report.get("handoffs", []):
         lines.append("handoff: " + _handoff_text(handoff))
     for refusal in report.get("lane_refusals", []):
-        hint = REFUSAL_HINTS.get(refusal["reason"], "")
+        hint = _refusal_hint(refusal)
         lines.append(f"refused offer: {refusal['task_id']} at {refusal['path']}: {refusal['reason']}"
                      + (f" ({hint})" if hint else ""))
     for key in ("lane_instruction", "lane_revision"):
@@ -313,6 +364,15 @@ REFUSAL_HINTS = {
 }
 
 
+def _refusal_hint(refusal: dict[str, Any]) -> str:
+    import os
+
+    if not os.path.isdir(refusal["path"]):
+        return (f"{refusal['path']} is not a directory: make the Lane first with the provision handoff's "
+                f"`git worktree add`, then offer it")
+    return REFUSAL_HINTS.get(refusal["reason"], "")
+
+
 def _handoff_text(handoff: dict[str, Any]) -> str:
     role, task = handoff["role"], handoff["task_id"]
     if role == "lane-steward" and handoff["action"] == "provision":
@@ -337,19 +397,39 @@ def _add_status(commands: Any) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    service = service_of(args)
+    from lanes_es.service import ServiceError
+
+    service = service_of(args, read_only=True)
     if args.batch:
         batch = service.batch(args.batch)
     elif args.slug:
         batch = service.active_batch(args.slug)
         if batch is None:
-            raise ServiceError("batch_not_found", f"Initiative {args.slug} has no batch yet; "
-                                                  f"run `lanes-es authorize {args.slug}` then `lanes-es tick {args.slug}`")
+            return _status_not_started(service, args.slug, args.json)
     else:
         raise ServiceError("invalid_input", "name an Initiative SLUG or --batch ID")
     record = batch.record
     _print(record, args.json, lambda r: report_text({**r, "reason": None, "next_action": _status_next(r)}))
     return 0
+
+
+def _status_not_started(service: LanesService, slug: str, as_json: bool) -> int:
+    """Authorized but not ticked yet: the batch id exists, its record not yet (the first tick starts it)."""
+    from lanes_es.service import ServiceError
+
+    initiative = service.initiative(slug)
+    current = initiative.current if initiative else None
+    if current is None:
+        raise ServiceError("batch_not_found", f"Initiative {slug} has no batch yet; "
+                                              f"run `lanes-es authorize {slug}` then `lanes-es tick {slug}`")
+    facts = {"initiative_slug": slug, "batch_id": current.batch_id, "batch_state": "authorized",
+             "base_head": current.base_head, "max_parallel": current.max_parallel,
+             "children": [child.task_id for child in current.children],
+             "next_action": f"run `lanes-es tick {slug}` to start the batch"}
+    _print(facts, as_json, lambda f: f"batch {f['batch_id']}: authorized, not started yet "
+                                     f"({len(f['children'])} children, max_parallel {f['max_parallel']})\n"
+                                     f"next: {f['next_action']}")
+    return EXIT_OK
 
 
 def _status_next(record: dict[str, Any]) -> str:
@@ -372,6 +452,8 @@ def _add_rebuild(commands: Any) -> None:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
+    from lanes_es.service import ServiceError
+
     if args.from_export:
         from lanes_es.audit.export import ExportError, rebuild_from_export
         from tools.compose import locate_repository
@@ -383,7 +465,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         for path in written:
             print(f"wrote {path}")
         return 0
-    service = service_of(args)
+    service = service_of(args, read_only=args.check)
     if args.all:
         from tools.batches_cli import rebuild_all
 
@@ -400,7 +482,7 @@ def _rebuild(args: argparse.Namespace) -> int:
             print(f"{batch_id}: " + ("; ".join(items) if items else "no drift"))
         else:
             print(f"{batch_id}: " + (f"rewrote {', '.join(items)}" if items else "already matches the log"))
-    return 1 if drifted else 0
+    return EXIT_FINDING if drifted else EXIT_OK
 
 
 def _add_retire(commands: Any) -> None:
@@ -414,6 +496,8 @@ def _add_retire(commands: Any) -> None:
 
 
 def _retire(args: argparse.Namespace) -> int:
+    from lanes_es.service import ServiceError
+
     service = service_of(args)
     target = service.retire_target(args.slug)  # refusals before the gate; the record's bytes for the CAS
     if not args.yes:

@@ -10,23 +10,19 @@ import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lanes_es.adapters.batch_git import GitBatch
-from lanes_es.adapters.final_verification import ProcessVerifier
-from lanes_es.adapters.git import git, git_ok
-from lanes_es.adapters.initiative_reader import read_local_initiative
-from lanes_es.adapters.kernel import ReferenceKernel
-from lanes_es.adapters.lane_git import GitLanes
-from lanes_es.adapters.leak_restore import GitLeakRestorer
-from lanes_es.adapters.plan_observer import CoordinatorPlan
-from lanes_es.adapters.runtime_contracts import ManifestRuntimeContracts
-from lanes_es.adapters.tracker import CommandTracker
+from lanes_es.adapters.git_dirs import find_checkout
 from lanes_es.adapters.store import EventStore, store_url_from_env
 from lanes_es.domain.ids import format_timestamp
 from lanes_es.ports import GitFailure
 from lanes_es.service import LanesService, ServiceError
-from lanes_es.tick_input import TickPorts
+
+if TYPE_CHECKING:
+    from lanes_es.tick_input import TickPorts
+
+# The adapters are imported where they are first used, so that a command that only reads the
+# store (`status`, `verify`) does not pay for git, the kernel and QA (`lanes-es bench startup`).
 
 
 def system_now() -> str:
@@ -46,6 +42,11 @@ def locate_repository(start: str | os.PathLike[str]) -> Repository:
     path = Path(start).resolve()
     if not path.is_dir():
         raise ServiceError("not_a_git_repository", f"{path} is not a directory; pass --root DIR of a git checkout")
+    found = find_checkout(path)
+    if found is not None:  # read from git's own files: no spawn
+        return Repository(root=found.top, common_dir=found.common_dir)
+    from lanes_es.adapters.git import git_ok
+
     result = git_ok(str(path), "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir")
     if result.exit_code != 0:
         raise ServiceError("not_a_git_repository",
@@ -77,6 +78,16 @@ class RealAdapters:
                           lambda: load_signer(common_dir))
 
     def tick_ports(self, root: str, slug: str) -> TickPorts:
+        from lanes_es.adapters.batch_git import GitBatch
+        from lanes_es.adapters.final_verification import ProcessVerifier
+        from lanes_es.adapters.kernel import ReferenceKernel
+        from lanes_es.adapters.lane_git import GitLanes
+        from lanes_es.adapters.leak_restore import GitLeakRestorer
+        from lanes_es.adapters.runtime_contracts import ManifestRuntimeContracts
+        from lanes_es.adapters.plan_observer import CoordinatorPlan
+        from lanes_es.adapters.tracker import CommandTracker
+        from lanes_es.tick_input import TickPorts
+
         kernel = ReferenceKernel(clock=self.clock)
         batch_git = GitBatch()
         command = os.environ.get("LANES_ES_TRACKER_COMMAND")
@@ -84,15 +95,19 @@ class RealAdapters:
                          tracker=CommandTracker(command) if command else None, leaks=GitLeakRestorer(),
                          runtime_contracts=ManifestRuntimeContracts(),
                          revisions=kernel if hasattr(kernel, "apply_delegated_revision") else None,
-                         plans=CoordinatorPlan(read_local_initiative, batch_git, kernel))
+                         plans=CoordinatorPlan(self.read_initiative, batch_git, kernel))
 
     def head(self, root: str) -> str:
+        from lanes_es.adapters.git import git_ok
+
         result = git_ok(root, "rev-parse", "--verify", "HEAD^{commit}")
         if result.exit_code != 0:
             raise ServiceError("uncommitted_head", f"{root} has no commit yet; commit the base before authorizing")
         return result.text
 
     def ensure_state_ignored(self, root: str) -> bool:
+        from lanes_es.adapters.git import git, git_ok
+
         if git_ok(root, "check-ignore", "-q", ".imm/state/batches").exit_code == 0:
             return False
         exclude = Path(git(root, "rev-parse", "--git-path", "info/exclude").text)
@@ -105,19 +120,22 @@ class RealAdapters:
         return True
 
     def read_initiative(self, root: str, slug: str) -> dict[str, Any]:
+        from lanes_es.adapters.initiative_reader import read_local_initiative
+
         return read_local_initiative(root, slug)
 
 
-def open_store(repository: Repository, url: str | None = None) -> EventStore:
+def open_store(repository: Repository, url: str | None = None, read_only: bool = False) -> EventStore:
+    """The store of `url` (else $LANES_ES_STORE, else the repository's); `read_only` for commands that only read."""
     resolved = store_url_from_env(url, repository.common_dir)
-    return EventStore(resolved, lock_dir=repository.common_dir / "lanes-es" / "locks")
+    return EventStore(resolved, lock_dir=repository.common_dir / "lanes-es" / "locks", read_only=read_only)
 
 
 def build_service(root: str | os.PathLike[str] = ".", store_url: str | None = None,
-                  clock: Any = system_now) -> LanesService:
+                  clock: Any = system_now, read_only: bool = False) -> LanesService:
     repository = locate_repository(root)
     try:
-        store = open_store(repository, store_url)
+        store = open_store(repository, store_url, read_only)
     except GitFailure as error:
         raise ServiceError("store_unavailable", str(error)) from None
     return LanesService(root=str(repository.root), store=store, adapters=RealAdapters(clock, repository.common_dir),

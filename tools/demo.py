@@ -45,7 +45,9 @@ def register(commands: Any) -> None:
         "demo", help="run a whole batch on a new temporary repository",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     command.add_argument("--dir", default=None, help="where to make the repository (default: a new temp dir)")
-    command.add_argument("--max-parallel", type=int, default=3, help="Lanes in flight at once (default 3)")
+    from tools.cli import positive_int
+
+    command.add_argument("--max-parallel", type=positive_int, default=3, help="Lanes in flight at once (default 3)")
     command.set_defaults(func=lambda args: run_demo(args.dir, args.max_parallel))
 
 
@@ -102,6 +104,18 @@ def make_repository(root: Path) -> None:
     git(str(root), "commit", "-q", "-m", "Demo base: an Initiative and its intents")
 
 
+def refuse_used_directory(base: Path, *inside: Path) -> None:
+    """The demo makes its repository and Lanes only in new places: it never writes over a user's files."""
+    from lanes_es.service import ServiceError
+
+    if base.exists() and not base.is_dir():
+        raise ServiceError("invalid_demo_dir", f"--dir {base} is a file; name a new or empty directory")
+    for path in inside:
+        if path.exists():
+            raise ServiceError("invalid_demo_dir", f"{path} already exists; name a new or empty directory with "
+                                                   f"`lanes-es demo --dir DIR`, or leave --dir out for a temporary one")
+
+
 def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], None] = print) -> int:
     """Make the repository, then let the autopilot play Parent, steward and (scripted) Executor to the end."""
     from lanes_es.steward.run import run_autopilot
@@ -110,6 +124,7 @@ def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], 
 
     base = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="lanes-es-demo-"))
     repo, lanes = base / "repo", base / "lanes"
+    refuse_used_directory(base, repo, lanes)
     make_repository(repo)
     out(f"demo repository: {repo}")
     out(f"Initiative docs/initiatives/{SLUG}.md: {len(TASKS)} tasks; guide-intro and guide-usage share "

@@ -4,8 +4,8 @@ The Lane is the git worktree the current directory (or --root) is in; its task i
 its branch `imm-lane/<slug>/<task>` (contracts §6.7 "Lane identification"). Each command
 reads or changes only that Lane's kernel store (`.imm/state/kernel/`).
 
-Exit codes: 0 done (or QA passed), 3 `task check` found failures, 2 a refusal or not in a
-Lane, 1 an internal error.
+Exit codes (lanes_es/exit_codes.py): 0 done (or QA passed), 1 `task check` found failures,
+2 a refusal or not in a Lane, 70 an internal error.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from typing import Any, Callable
 
 import msgspec
 
-from lanes_es.adapters.git import git_ok
+from lanes_es.adapters.git_dirs import find_checkout
 from lanes_es.adapters.kernel import ReferenceKernel, TaskStatus
 from lanes_es.adapters.qa import Verdict
+from lanes_es.errors import Refusal
+from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_REFUSED
 from lanes_es.ports import KernelError
 
-EXIT_OK, EXIT_REFUSED, EXIT_REWORK = 0, 2, 3
+PARKED_STATES = ("needs_human", "parked", "failed", "budget_stopped")
 LANE_REF = re.compile(r"^refs/heads/imm-lane/[^/]+/([A-Za-z0-9][A-Za-z0-9._-]{0,127})$")
 
 GROUP_HELP = "the Executor's commands inside a Lane: status, check, submit, review, stop"
@@ -40,11 +42,11 @@ A failed QA makes the work active again (see `task status` for the findings); fi
 submit again. A material task then waits for a Review: `task review --approve` or
 `task review --reject TEXT`. `task stop --reason TEXT` gives the task up for good.
 
-Exit codes: 0 done or QA passed, 3 `check` found failures, 2 refused or not in a Lane,
-1 internal error."""
+Exit codes: 0 done or QA passed, 1 `check` found failures, 2 refused or not in a Lane,
+70 internal error."""
 
 
-class NotInLane(Exception):
+class NotInLane(Refusal):
     """The current directory is not inside a Lane worktree."""
 
 
@@ -94,7 +96,34 @@ def register(subparsers: Any) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    return _in_lane(args, lambda kernel, lane, task: _show_status(kernel.status(lane, task), lane, args.json))
+    return _in_lane(args, lambda kernel, lane, task: _show_status(kernel.status(lane, task), lane, args.json,
+                                                                   coordinator_view(lane, task)))
+
+
+def coordinator_view(lane: str, task: str) -> dict[str, Any] | None:
+    """The task's entry in its batch's record, from the store the Lane shares with the coordinator.
+
+    The Lane's kernel says `done` once QA passed; only the batch knows that the coordinator
+    parked the task afterwards (a scope violation at the lane commit, say). None when the
+    batch cannot be read: the Lane's own status still stands.
+    """
+    found = find_checkout(lane)
+    head = found.head_ref() if found is not None else None
+    if found is None or head is None or not head.startswith("refs/heads/imm-lane/"):
+        return None
+    slug = head.split("/")[3]
+    try:
+        from lanes_es.adapters.store import EventStore, store_url_from_env
+        from lanes_es.errors import Refusal
+
+        store = EventStore(store_url_from_env(None, found.common_dir), read_only=True)
+        initiative = store.initiative(slug)
+        batch = store.batch(initiative.current.batch_id) if initiative and initiative.current else None
+    except (Refusal, OSError):
+        return None
+    children = batch.record.get("children", []) if batch is not None else []
+    child = next((entry for entry in children if entry.get("task_id") == task), None)
+    return {"initiative_slug": slug, "batch_id": batch.id, **child} if child is not None else None
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -134,10 +163,17 @@ def run_stop(args: argparse.Namespace) -> int:
 
 
 def locate_lane(start: str) -> tuple[str, str]:
-    """(the Lane's top level, its task id), from one git spawn; NotInLane says what to do otherwise."""
-    result = git_ok(start, "rev-parse", "--show-toplevel", "--symbolic-full-name", "HEAD")
-    lines = result.text.splitlines()
-    if result.exit_code != 0 or len(lines) < 2:
+    """(the Lane's top level, its task id), read from git's files or from one git spawn; NotInLane otherwise."""
+    found = find_checkout(start)
+    head = found.head_ref() if found is not None else None
+    if found is not None and head is not None:
+        lines = [str(found.top), head]
+    else:
+        from lanes_es.adapters.git import git_ok
+
+        result = git_ok(start, "rev-parse", "--show-toplevel", "--symbolic-full-name", "HEAD")
+        lines = result.text.splitlines() if result.exit_code == 0 else []
+    if len(lines) < 2:
         raise NotInLane(f"{os.path.abspath(start)} is not inside a git worktree; run `lanes-es task ...` inside the Lane the "
                         "coordinator handed you (a worktree on branch imm-lane/<slug>/<task>), or pass --root LANE")
     top, ref = lines[0], lines[1]
@@ -167,9 +203,18 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 # ---------------------------------------------------------------- output
 
 
-def _show_status(status: TaskStatus, lane: str, as_json: bool) -> int:
+def _show_status(status: TaskStatus, lane: str, as_json: bool, batch_child: dict[str, Any] | None = None) -> int:
+    parked = batch_child is not None and batch_child.get("state") in PARKED_STATES
+    if parked:  # the coordinator's word overrides the Lane's "done": nothing more happens without a person
+        status = msgspec.structs.replace(status, next_step=(
+            f"{batch_child['state']}: the coordinator parked this task ({batch_child.get('reason') or 'no reason'}); "
+            f"this Lane is kept. A person decides: `lanes-es status {batch_child['initiative_slug']}` in the "
+            f"coordinator checkout shows the batch"))
     if as_json:
-        print(json.dumps({"lane_path": lane, **msgspec.to_builtins(status)}, indent=2, ensure_ascii=False))
+        document = {"lane_path": lane, **msgspec.to_builtins(status)}
+        if batch_child is not None:
+            document["batch_child"] = batch_child
+        print(json.dumps(document, indent=2, ensure_ascii=False))
         return EXIT_OK
     print(f"task {status.task_id} in Lane {lane} (run {status.run_id}, record revision {status.record_revision})")
     print(f"  lifecycle {status.lifecycle}, artifact {status.artifact_state}, "
@@ -196,4 +241,4 @@ def _show_verdict(verdict: Verdict, as_json: bool) -> int:
         print("acceptance checks failed:")
         for finding in verdict.findings:
             print(f"  {finding.id}: {finding.reason}")
-    return EXIT_OK if verdict.passed else EXIT_REWORK
+    return EXIT_OK if verdict.passed else EXIT_FINDING

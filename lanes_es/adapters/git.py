@@ -11,16 +11,23 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
-
-import sh
+from typing import Any, Callable, Mapping, Sequence
 
 from lanes_es.ports import GitFailure
 
 DEFAULT_AUTHOR_NAME = "Immune-Brain Batch"
 DEFAULT_AUTHOR_EMAIL = "immune-brain@local"
 
-_GIT = sh.Command("git")
+_GIT: list[Any] = []  # sh's git command, made on the first spawn
+
+
+def _git_command() -> Any:
+    """sh and its imports (asyncio among them, tens of ms) are paid only by a command that runs git."""
+    if not _GIT:
+        import sh
+
+        _GIT.append(sh.Command("git"))
+    return _GIT[0]
 
 
 @dataclass
@@ -100,8 +107,11 @@ def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | st
             STATS.commands.append(" ".join(args[:3]))
     # sh's `_timeout` polls and adds about 100 ms to every call, so it is passed only when asked for.
     options: dict[str, object] = {"_timeout": timeout} if timeout is not None else {}
+    command = _git_command()
+    import sh
+
     try:
-        process = _GIT(*argv, _env=git_env(env), _tty_out=False, _ok_code=list(ok_codes), _in=stdin,
+        process = command(*argv, _env=git_env(env), _tty_out=False, _ok_code=list(ok_codes), _in=stdin,
                        _return_cmd=True, **options)
         return GitResult(process.exit_code, process.stdout, process.stderr)
     except sh.ErrorReturnCode as error:

@@ -47,6 +47,10 @@ def read_local_initiative(root: str, slug: str) -> dict[str, Any]:
         raise PortError(f"Local Initiative {relative} is larger than {MAX_CARRIER_BYTES} bytes")
     try:
         text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise PortError(f"Local Initiative {relative} is not UTF-8 text (byte {error.start}: {error.reason}); "
+                        f"save it as UTF-8") from None
+    try:
         return parse_local_initiative(text, slug, relative)
-    except (UnicodeDecodeError, ValueError) as error:
+    except ValueError as error:
         raise PortError(str(error)) from None

@@ -30,11 +30,10 @@ import os
 import stat
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
-from lanes_es.adapters.batch_git import SettledEvidence
 from lanes_es.adapters.files import write_atomic
 from lanes_es.adapters.git import git, git_ok
 from lanes_es.adapters.delivery import worktree_delivery
@@ -56,6 +55,9 @@ from lanes_es.domain.ids import format_timestamp, is_valid_id
 from lanes_es.domain.intent import canonical_intent_hash, parse_task_intent
 from lanes_es.domain.jstext import parse_json
 from lanes_es.ports import AdvanceResult, KernelError, PortError, TaskProjection, Tombstone
+
+if TYPE_CHECKING:  # the coordinator's git adapter: imported where used, so an Executor's `task submit` starts fast
+    from lanes_es.adapters.batch_git import SettledEvidence
 
 STORE_DIR = ".imm/state/kernel"
 CLAIM_CONTRACT = "lanes_es/lane_claim/v1"
@@ -248,6 +250,8 @@ class ReferenceKernel:
         return self._run_qa(store, lane_path, record)
 
     def settled_evidence(self, lane_path: str, task_id: str) -> SettledEvidence:
+        from lanes_es.adapters.batch_git import SettledEvidence
+
         """The settled run the lane commit carries; KernelError when the task is not done."""
         _check_task_id(task_id)
         record = LaneStore(lane_path).read_record(task_id)

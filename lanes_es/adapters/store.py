@@ -33,11 +33,13 @@ from eventsourcing.utils import get_topic, resolve_topic
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.initiative import Initiative, initiative_id
+from lanes_es.adapters.store_open import CONNECT_TIMEOUT, VERIFY_HINT, probe_postgres, sqlite_database
+from lanes_es.errors import Refusal
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
 
 
-class StoreError(RuntimeError):
+class StoreError(Refusal, RuntimeError):
     """The store could not be opened or read; the message says which and why."""
 
 
@@ -75,6 +77,25 @@ def this_holder() -> dict[str, Any]:
             "since": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")}
 
 
+class DamagedEvent(StoreError):
+    """A stored row does not decode: the store was edited or damaged outside lanes-es."""
+
+    def __init__(self, row: StoredEvent, cause: BaseException) -> None:
+        self.cause = cause
+        hint = (f"`lanes-es verify {row.originator_id}` lists what is damaged"
+                if row.originator_id.startswith("batch-") else VERIFY_HINT)
+        super().__init__(f"the event store has a damaged event: {row.originator_id} version {row.originator_version} "
+                         f"does not decode ({cause}); {hint}")
+
+
+def state_bytes(row: StoredEvent) -> bytes:
+    """A row's state as lanes-es wrote it (a BLOB); ValueError for anything else (a row rewritten as TEXT)."""
+    if isinstance(row.state, (bytes, bytearray, memoryview)):
+        return bytes(row.state)
+    raise ValueError(f"its state is stored as {type(row.state).__name__}, not the bytes lanes-es writes "
+                     f"(edited outside lanes-es)")
+
+
 class NullTranscoder(Transcoder):
     """The mapper encodes whole events itself; this fills eventsourcing's transcoder slot."""
 
@@ -100,9 +121,17 @@ class StructMapper(Mapper[str]):
                            topic=get_topic(type(domain_event)), state=state)
 
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        try:
+            return self.decode(stored_event)
+        except Exception as error:  # a damaged row may fail anywhere in decoding: name it and point at verify
+            raise DamagedEvent(stored_event, error) from error
+
+    @staticmethod
+    def decode(stored_event: StoredEvent) -> Any:
+        """The event of a row; any error when the row was damaged."""
         cls = resolve_topic(stored_event.topic)
         class_version = getattr(cls, "class_version", 1)
-        state = bytes(stored_event.state)
+        state = state_bytes(stored_event)
         if class_version == 1:
             return msgspec.json.decode(state, type=cls)
         fields = msgspec.json.decode(state)
@@ -146,8 +175,8 @@ class DurableSQLiteFactory(SQLiteFactory):
         old.pool.close()
 
 
-def store_env(url: str) -> dict[str, str]:
-    """eventsourcing's environment for a store URL."""
+def store_env(url: str, read_only: bool = False) -> dict[str, str]:
+    """eventsourcing's environment for a store URL (checked: lanes_es/adapters/store_open.py)."""
     env = {
         "MAPPER_TOPIC": get_topic(StructMapper),
         "TRANSCODER_TOPIC": get_topic(NullTranscoder),
@@ -169,6 +198,7 @@ def store_env(url: str) -> dict[str, str]:
             # One command needs one connection at a time; many coordinators share the server's limit.
             "POSTGRES_POOL_SIZE": "1",
             "POSTGRES_MAX_OVERFLOW": "2",
+            "POSTGRES_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
         })
         return env
     if parsed.scheme == "sqlite":
@@ -176,10 +206,13 @@ def store_env(url: str) -> dict[str, str]:
     elif parsed.scheme == "":
         path = url
     else:
-        raise StoreError(f"unknown store URL {url!r}: use a SQLite path, sqlite:///PATH, postgresql://... or memory:")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    env.update({"PERSISTENCE_MODULE": get_topic(DurableSQLiteFactory), "SQLITE_DBNAME": path,
+        raise StoreError(f"unknown store URL {url!r}: use a SQLite path, sqlite:///PATH, postgresql://USER@HOST/DB "
+                         f"or memory: with --store or LANES_ES_STORE")
+    database = sqlite_database(path, read_only)
+    env.update({"PERSISTENCE_MODULE": get_topic(DurableSQLiteFactory), "SQLITE_DBNAME": database,
                 "SQLITE_LOCK_TIMEOUT": str(SQLITE_BUSY_SECONDS)})
+    if database != path and database != ":memory:":
+        env["CREATE_TABLE"] = "no"  # opened read-only: the tables are there or the store is not lanes-es's
     return env
 
 
@@ -190,11 +223,14 @@ class LanesApplication(Application[str]):
 class EventStore:
     """Load and save the two aggregates; read a batch's raw log for audit and rebuild."""
 
-    def __init__(self, url: str, lock_dir: Path | None = None) -> None:
+    def __init__(self, url: str, lock_dir: Path | None = None, read_only: bool = False) -> None:
         self.url = url
         self.lock_dir = lock_dir
+        env = store_env(url, read_only)
+        if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
+            probe_postgres(url, env)
         try:
-            self.app = LanesApplication(env=store_env(url))
+            self.app = LanesApplication(env=env)
         except Exception as error:  # a driver error names the path or host; keep it
             raise StoreError(f"cannot open the event store {url}: {error}") from error
 
@@ -220,16 +256,24 @@ class EventStore:
         return count
 
     def batch(self, batch_id: str, version: int | None = None) -> LaneBatch | None:
-        try:
-            return self.app.repository.get(batch_id, version=version)
-        except AggregateNotFoundError:
-            return None
+        return self._aggregate(batch_id, version)
 
     def initiative(self, slug: str) -> Initiative | None:
+        return self._aggregate(initiative_id(slug))
+
+    def _aggregate(self, aggregate_id: str, version: int | None = None) -> Any:
+        """The aggregate as of `version`, None when absent; a log that cannot be folded is a damaged store."""
         try:
-            return self.app.repository.get(initiative_id(slug))
+            return self.app.repository.get(aggregate_id, version=version)
         except AggregateNotFoundError:
             return None
+        except StoreError:
+            raise
+        except Exception as error:  # a gap or a reordered row breaks the fold anywhere: name it, point at verify
+            hint = f"lanes-es verify {aggregate_id}" if aggregate_id.startswith("batch-") else "lanes-es verify BATCH_ID"
+            raise StoreError(f"the event store's log of {aggregate_id} cannot be replayed ({type(error).__name__}"
+                             f"{': ' + str(error) if str(error) else ''}: an event is missing, reordered or damaged); "
+                             f"`{hint}` lists what is damaged") from error
 
     def events(self, aggregate_id: str) -> list[Any]:
         """Every event of one aggregate, oldest first."""

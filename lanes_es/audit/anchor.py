@@ -74,7 +74,8 @@ def leaf_data(row: StoredEvent) -> bytes:
     try:
         return sealed_bytes(row)
     except ValueError:
-        return bytes(row.state)  # a row that is not JSON still has a leaf; its root then differs
+        state = row.state  # a row that is not JSON still has a leaf; its root then differs
+        return state.encode("utf-8", "surrogateescape") if isinstance(state, str) else bytes(state)
 
 
 def log_leaves(rows: Sequence[StoredEvent]) -> list[bytes]:

@@ -25,7 +25,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import msgspec
 from eventsourcing.persistence import StoredEvent
 
-from lanes_es.adapters.store import NullTranscoder, StructMapper
+from lanes_es.adapters.store import NullTranscoder, StructMapper, state_bytes
 from lanes_es.domain.events import canonical_bytes
 
 _CANONICAL = msgspec.json.Encoder(order="sorted")
@@ -170,7 +170,7 @@ def sealed_bytes(row: StoredEvent) -> bytes:
     row's state is not a JSON object.
     """
     try:
-        fields = msgspec.json.decode(bytes(row.state))
+        fields = msgspec.json.decode(state_bytes(row))
     except msgspec.DecodeError as error:
         raise ValueError(f"not JSON ({error})") from None
     if not isinstance(fields, dict):
@@ -184,8 +184,8 @@ def sealed_bytes(row: StoredEvent) -> bytes:
 def stored_digest(row: StoredEvent) -> str:
     """The digest a row carries, or "" when it carries none that can be read."""
     try:
-        fields = msgspec.json.decode(bytes(row.state))
-    except msgspec.DecodeError:
+        fields = msgspec.json.decode(state_bytes(row))
+    except (msgspec.DecodeError, ValueError):
         return ""
     digest = fields.get("digest") if isinstance(fields, dict) else None
     return digest if isinstance(digest, str) else ""
@@ -229,8 +229,9 @@ def decode_rows(rows: Iterable[StoredEvent]) -> tuple[list[StoredEvent], list[An
             events.append(mapper.to_domain_event(row))
         except Exception as error:  # a tampered row may fail anywhere in decoding; name it, go on
             events.append(None)
+            cause = getattr(error, "cause", error)
             breaks.append(ChainBreak(version=row.originator_version, rule=UNDECODABLE,
-                                     message=f"the stored {_class_name(row.topic)} does not decode: {error}"))
+                                     message=f"the stored {_class_name(row.topic)} does not decode: {cause}"))
     return kept, events, breaks
 
 

@@ -22,7 +22,8 @@ import msgspec
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic, resolve_topic
 
-from lanes_es.adapters.store import NullTranscoder, StructMapper
+from lanes_es.adapters.store import NullTranscoder, StructMapper, state_bytes
+from lanes_es.errors import naming
 from lanes_es.domain import events as ev
 from projections.batch import fold_documents, materialize
 
@@ -54,7 +55,7 @@ def export_lines(events: Iterable[Any]) -> Iterator[bytes]:
 
 def stored_line(row: StoredEvent) -> bytes:
     """The export line of a stored row: its JSON as written, plus its topic."""
-    fields = msgspec.json.decode(bytes(row.state))
+    fields = msgspec.json.decode(state_bytes(row))
     fields["topic"] = row.topic
     return _ENCODER.encode(fields) + b"\n"
 
@@ -72,7 +73,7 @@ def write_export(events: Iterable[Any], path: Path) -> int:
 def write_lines(lines: Iterable[bytes], path: Path) -> int:
     """Write export lines to `path` (replacing it); returns the number of lines written."""
     count = 0
-    with open(path, "wb") as handle:
+    with naming(path), open(path, "wb") as handle:
         for line in lines:
             handle.write(line)
             count += 1
@@ -149,7 +150,7 @@ def _event_of_line(mapper: Any, line: bytes, where: str) -> tuple[StoredEvent, A
     row = StoredEvent(originator_id=originator_id, originator_version=originator_version, topic=topic,
                       state=_ENCODER.encode(fields))
     try:
-        event = mapper.to_domain_event(row)
+        event = mapper.decode(row)
     except (msgspec.ValidationError, msgspec.DecodeError) as error:
         raise ExportError(f"{where}: not a valid {event_class.__name__} ({error})") from None
     except (AttributeError, KeyError, TypeError, ValueError) as error:  # an upcaster meeting a bad shape

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from ..errors import Refusal
 from .ids import is_valid_id
 from .intent import InvalidIntent, parse_task_intent
 from .jstext import WS, js_length, js_trim, safe_integer
@@ -31,7 +32,7 @@ QUOTING = frozenset("\"'\\")
 _WHITESPACE_RUN = re.compile(f"[{WS}]+")
 
 
-class InvalidInput(ValueError):
+class InvalidInput(Refusal, ValueError):
     """A tick parameter refused before anything happened; the message is upstream's."""
 
 
@@ -53,11 +54,16 @@ class LaneRevision(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def parse_max_parallel(value: Any) -> int | None:
+    return parse_positive_count(value, "max_parallel")
+
+
+def parse_positive_count(value: Any, name: str) -> int | None:
+    """A count the record keeps (max_parallel, max_children, qa_failure_limit): 1 to 2^53-1, as the validator wants."""
     if value is None:
         return None
     number = safe_integer(value)
     if number is None or number <= 0:
-        raise InvalidInput("invalid max_parallel: expected a positive integer")
+        raise InvalidInput(f"invalid {name}: expected a positive integer")  # upstream's words, kept exactly
     return number
 
 

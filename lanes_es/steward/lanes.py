@@ -125,7 +125,7 @@ class Steward:
                                           f"Lane before it is admitted: move the changes away, then run again")
         git(path, "merge", "--ff-only", "-q", base_head)
 
-    def release(self, path: str, lane_branch: str) -> str | None:
+    def release(self, path: str, lane_branch: str, integrated_commit: str | None = None) -> str | None:
         """Remove a released Lane; None when removed (or already gone), else why it is kept.
 
         The tick offers a release only for a clean Lane, and the steward checks again: an
@@ -145,6 +145,10 @@ class Steward:
         if removed.exit_code != 0:
             return f"git worktree remove refused: {removed.error_text}"
         self.worktrees().pop(os.path.realpath(path), None)
+        if integrated_commit is not None:
+            # The batch branch holds the Lane's work: its branch goes too, and only while it still points
+            # at the lane commit that was integrated (a compare-and-delete); anything else is kept.
+            git_ok(self.root, "update-ref", "-d", f"refs/heads/{lane_branch}", integrated_commit)
         return None
 
     def dirt(self, path: str) -> str | None:

@@ -152,6 +152,7 @@ class Autopilot:
 
     def release_lanes(self, report: dict[str, Any]) -> bool:
         lanes = {child["task_id"]: child["lane"] for child in report["children"] if child.get("lane")}
+        states = {child["task_id"]: child.get("state") for child in report["children"]}
         released = False
         for handoff in report["handoffs"]:
             if handoff["role"] != "lane-steward" or handoff["action"] != "release":
@@ -162,7 +163,8 @@ class Autopilot:
                 continue
             if task_id in self.executors.running:
                 continue  # its Executor is still exiting: the Lane goes on a later tick, never from under it
-            why_kept = self.steward.release(lane["path"], handoff["lane_branch"])
+            integrated = lane.get("lane_commit") if states.get(task_id) in ("integrated", "released") else None
+            why_kept = self.steward.release(lane["path"], handoff["lane_branch"], integrated)
             if why_kept is None:
                 self.released.append(task_id)
                 released = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -86,7 +87,8 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
         return EXIT_REJECTED
     except KeyboardInterrupt:
         progress.close()
-        working = ", ".join(f"{task} (pid {r.process.pid})" for task, r in autopilot.executors.running.items())
+        working = ", ".join(f"{task} (pid {r.process.pid})" for task, r in autopilot.executors.running.items()
+                            if still_working(r.process))
         progress.tell(steward_item("interrupted", "lanes-es run: interrupted; the log and git keep every step "
                                    "already taken" + (f"; Executors still working: {working}" if working else "")
                                    + ". Run the same command again to go on.",
@@ -116,6 +118,16 @@ def ask_on_stderr(question: str) -> str:
     sys.stderr.write(question)
     sys.stderr.flush()
     return input()
+
+
+def still_working(process: Any) -> bool:
+    """Ctrl-C on a terminal reaches the Executors too (one process group): a moment to see which outlived it."""
+    deadline = time.monotonic() + 0.5
+    while process.poll() is None:
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def nothing_to_run(service: LanesService, slug: str, out: Out) -> int:

@@ -149,7 +149,9 @@ def test_an_export_verifies_elsewhere_and_a_tampered_one_does_not(batch, capsys,
     assert main(["verify", "--export", str(exported)]) == 1
     assert "FAIL chain version 3: digest_mismatch" in capsys.readouterr().out
     exported.write_bytes(b"{not json\n")
-    assert main(["verify", "--export", str(exported)]) == 2
+    assert main(["verify", "--export", str(exported)]) == 1  # a damaged export is a finding (issue 11)
+    assert "FAIL export: unreadable_export:" in capsys.readouterr().out
+    assert main(["verify", "--export", str(tmp_path / "missing.jsonl")]) == 2  # no file: bad input
     assert "invalid_export" in capsys.readouterr().err
 
 

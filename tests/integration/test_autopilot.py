@@ -88,6 +88,7 @@ def assert_completed_as_planned(root: str, lanes: Path) -> dict[str, Any]:
         assert git_out(root, "show", f"imm/{SLUG}:{path}") + "\n" == content, path
     assert git_out(root, "worktree", "list", "--porcelain").count("worktree ") == 1  # the coordinator alone
     assert sorted(entry.name for entry in lanes.iterdir()) == [".executor-logs"]
+    assert git_out(root, "branch", "--list", f"imm-lane/{SLUG}/*") == ""  # each released Lane's branch went too
     verified = subprocess.run([sys.executable, "-m", "tools.cli", "--root", root, "verify", batch_id], cwd=PROJECT,
                               capture_output=True, text=True)
     assert verified.returncode == 0, verified.stdout + verified.stderr
@@ -177,10 +178,10 @@ def test_a_lane_dirtied_before_its_release_is_kept_and_reported(repo, tmp_path, 
     lanes, lines = tmp_path / "lanes", []
     original = Steward.release
 
-    def dirty_then_release(self: Steward, path: str, lane_branch: str) -> str | None:
+    def dirty_then_release(self: Steward, path: str, lane_branch: str, *rest: Any) -> str | None:
         if lane_branch.endswith("/three"):  # integrated and offered for release, then someone writes in it
             write_file(path, "scratch.txt", "work nobody committed\n")
-        return original(self, path, lane_branch)
+        return original(self, path, lane_branch, *rest)
 
     monkeypatch.setattr(Steward, "release", dirty_then_release)
     code = run_autopilot(service_of(repo), SLUG, 3, lanes, EXECUTOR, yes=True, out=lines.append, poll=0.05)
@@ -191,6 +192,7 @@ def test_a_lane_dirtied_before_its_release_is_kept_and_reported(repo, tmp_path, 
     assert f"kept the Lane of three: {lanes / 'three'}: it is dirty (1 changed path: scratch.txt)" in text
     assert "5 Lanes released by the steward" in text
     assert sorted(entry.name for entry in lanes.iterdir()) == [".executor-logs", "three"]
+    assert git_out(repo, "for-each-ref", "--format=%(refname:short)", f"refs/heads/imm-lane/{SLUG}/") == f"imm-lane/{SLUG}/three"
 
 
 def test_an_executor_that_never_submits_stops_the_run_with_what_to_do(repo, tmp_path):

@@ -75,3 +75,19 @@ def test_stats_file_gets_one_line_per_tick(tmp_path, monkeypatch, capsys):
 def test_parser_builds_without_optional_modules_missing():
     parser = build_parser()
     assert parser.prog == "lanes-es"
+
+
+def test_exit_code_table_is_the_same_in_help_and_readme(capsys):
+    from pathlib import Path
+
+    from lanes_es.exit_codes import EXIT_CODE_TABLE
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    help_text = capsys.readouterr().out
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    codes = [code for code, _ in EXIT_CODE_TABLE]
+    assert codes[:5] == [0, 1, 2, 3, 70]
+    for code, meaning in EXIT_CODE_TABLE:
+        assert f"{code:<4} {meaning}" in help_text
+        assert f"| {code} | {meaning} |" in readme

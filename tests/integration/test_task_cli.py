@@ -58,7 +58,7 @@ def test_a_lane_not_yet_enrolled_is_refused_with_the_next_step(world):
 def test_the_executor_round_check_submit_status(world):
     lane = world.enroll("task-a")
     failing = cli(lane, "check")
-    assert failing.returncode == 3
+    assert failing.returncode == 1  # a finding, as verify's
     assert "task-a:A1: python3 exited with code 1" in failing.stdout
 
     write_file(lane, "a.txt", "a\n")

@@ -1,0 +1,123 @@
+"""Opening the event store: which store, and why it cannot be used, said before anything is written.
+
+Each check turns a condition a user can fix into a `StoreError` naming the store, the cause
+and the next step: a directory or a foreign file where the store should be (never created
+over), a read-only store for a command that writes, the PostgreSQL extra missing, a server
+that refuses or does not answer within CONNECT_TIMEOUT seconds, a refused login.
+Read-only commands open an existing SQLite store read-only, so they work on a read-only disk.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+CONNECT_TIMEOUT = 5  # seconds: a store that does not answer fails fast, not after the driver's 30 s
+SQLITE_HEADER = b"SQLite format 3\x00"
+POSTGRES_EXTRA = "pip install 'lanes-es[postgres]' (from a checkout: pip install -e '.[postgres]')"
+VERIFY_HINT = "`lanes-es verify BATCH_ID` lists what is damaged"
+
+
+def store_failure(url: str, cause: str) -> Exception:
+    from lanes_es.adapters.store import StoreError
+
+    return StoreError(f"the event store {url} {cause}")
+
+
+def sqlite_database(path: str, read_only: bool) -> str:
+    """The SQLite database name to open for `path`, after refusing what is not a lanes-es store."""
+    store = Path(path)
+    if store.is_dir():
+        raise store_failure(path, f"is a directory; name a file, e.g. --store {store / 'events.sqlite'}")
+    if store.exists():
+        _refuse_foreign(store)
+        if read_only and not _writable(store):
+            return _read_only_uri(store)
+    elif read_only:
+        return ":memory:"  # nothing recorded yet; a read-only command creates no store
+    if not read_only:
+        _require_writable(store)
+    return path
+
+
+_HEADERS_READ: set[str] = set()
+
+
+def _refuse_foreign(store: Path) -> None:
+    """Read the header once per process: closing any descriptor of a SQLite file drops the POSIX locks the
+    process's open connections hold on it (the steward's lease renews from a thread), so never again later."""
+    if str(store) in _HEADERS_READ:
+        return
+    _HEADERS_READ.add(str(store))
+    try:
+        with open(store, "rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except OSError as error:
+        raise store_failure(str(store), f"cannot be read ({error.strerror}); check its owner and mode") from None
+    if not header:
+        raise store_failure(str(store), "is an empty file (0 bytes), not a lanes-es store; it is not re-created over: "
+                                        "restore it from a backup, or move it away to start a new store")
+    if header != SQLITE_HEADER:
+        raise store_failure(str(store), "is not a SQLite file (a foreign file where the store should be); it is "
+                                        "left as it is: name the right file with --store, or move this one away")
+
+
+def _writable(store: Path) -> bool:
+    return os.access(store, os.W_OK) and os.access(store.parent, os.W_OK)
+
+
+def _require_writable(store: Path) -> None:
+    directory = store.parent
+    while not directory.exists() and directory != directory.parent:
+        directory = directory.parent
+    if directory.is_file() or not os.access(directory, os.W_OK) or (store.exists() and not os.access(store, os.W_OK)):
+        raise store_failure(str(store), "is read-only (its file or directory cannot be written); this command writes "
+                                        "to it: use a writable --store, or ask its owner. Read-only commands "
+                                        "(status, plan, replay, verify, export, audit) still work on it")
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise store_failure(str(store), f"cannot be made: {error.strerror} for {error.filename}") from None
+
+
+def _read_only_uri(store: Path) -> str:
+    """A store on a read-only disk: WAL needs its -shm file, so open it immutable when no WAL is pending."""
+    pending = Path(f"{store}-wal")
+    mode = "mode=ro" if pending.exists() and pending.stat().st_size else "immutable=1"
+    return f"file:{quote(str(store.resolve()))}?{mode}"
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+
+def probe_postgres(url: str, env: dict[str, str]) -> None:
+    """One direct connection with a short timeout, so the cause is the server's own words."""
+    try:
+        import psycopg
+    except ImportError:
+        raise store_failure(url, f"needs the PostgreSQL extra, which is not installed: {POSTGRES_EXTRA}") from None
+    try:
+        connection = psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"],
+                                     user=env["POSTGRES_USER"], password=env["POSTGRES_PASSWORD"] or None,
+                                     dbname=env["POSTGRES_DBNAME"], connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.Error as error:
+        raise store_failure(url, postgres_cause(str(error), env)) from None
+    connection.close()
+
+
+def postgres_cause(message: str, env: dict[str, Any]) -> str:
+    where = f"{env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}"
+    text = message.lower()
+    if "connection refused" in text:
+        return f"refused the connection: no PostgreSQL listens on {where}; start it, or fix host and port in the URL"
+    if "timeout" in text or "timed out" in text:
+        return f"did not answer within {CONNECT_TIMEOUT} s at {where}; check the host, the port and the network"
+    if "password" in text or "authentication" in text or ("role" in text and "does not exist" in text):
+        return (f"refused the login of user {env['POSTGRES_USER']} (authentication): fix the user or password in the "
+                f"URL, postgresql://USER:PASSWORD@HOST:PORT/DB")
+    if "database" in text and "does not exist" in text:
+        return f"has no database {env['POSTGRES_DBNAME']} on {where}: create it (createdb) or name another in the URL"
+    first_line = message.strip().splitlines()[0] if message.strip() else "connection failed"
+    return f"cannot be reached at {where}: {first_line}"

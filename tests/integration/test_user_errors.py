@@ -1,0 +1,367 @@
+"""Every error a user can cause, through the real command line: one line, a code of the table, nothing written.
+
+Each test runs `python -m tools.cli` in a subprocess on a real repository (the demo's Initiative)
+and a real store, and checks the exit code, that the message names the thing and the next step,
+and that a refusal wrote nothing. The codes are lanes_es/exit_codes.py's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_PIPE_CLOSED, EXIT_REFUSED
+from tools.demo import make_repository
+
+PROJECT = str(Path(__file__).resolve().parents[2])
+SLUG = "demo"
+
+
+def lanes(cwd: Path | str, *args: str, env: dict[str, str] | None = None, stdout: int | None = None,
+          prelude: str = "") -> subprocess.CompletedProcess[str]:
+    """`lanes-es ARGS` in `cwd`; `prelude` runs first in the same interpreter (to hide a module)."""
+    code = f"{prelude}\nimport sys\nfrom tools.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, text=True, stdin=subprocess.DEVNULL,
+                          stdout=stdout if stdout is not None else subprocess.PIPE, stderr=subprocess.PIPE,
+                          env={**os.environ, "PYTHONPATH": PROJECT, **(env or {})}, timeout=120)
+
+
+def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """Exit 2 with one line on stderr naming each of `words`, and no traceback."""
+    assert result.returncode == EXIT_REFUSED, (result.returncode, result.stderr)
+    line = result.stderr.strip()
+    assert "Traceback" not in line and "internal error" not in line
+    for word in words:
+        assert word in line, (word, line)
+    return line
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    make_repository(root)
+    return root
+
+
+def store_of(repo: Path) -> Path:
+    return repo / ".git" / "lanes-es" / "events.sqlite"
+
+
+def rows(store: Path) -> list[tuple]:
+    if not store.exists():
+        return []
+    with sqlite3.connect(store) as connection:
+        return connection.execute("SELECT originator_id, originator_version FROM stored_events").fetchall()
+
+
+def authorized(repo: Path) -> str:
+    result = lanes(repo, "authorize", SLUG, "--yes", "--max-parallel", "2")
+    assert result.returncode == EXIT_OK, result.stderr
+    return result.stdout.strip()
+
+
+def started(repo: Path) -> str:
+    batch_id = authorized(repo)
+    assert lanes(repo, "tick", SLUG).returncode == EXIT_OK
+    return batch_id
+
+
+# ---------------------------------------------------------------- numbers at the edges, stuck batches
+
+
+@pytest.mark.parametrize("flag", ["--max-parallel", "--max-children", "--qa-failure-limit"])
+@pytest.mark.parametrize("value", ["99999999999999999999", "9007199254740992", "0", "-5", "two"])
+def test_authorize_refuses_a_count_the_record_cannot_keep(repo, flag, value):
+    line = refused(lanes(repo, "authorize", SLUG, "--yes", flag, value), flag, "positive integer")
+    assert rows(store_of(repo)) == []
+
+
+def test_whatever_authorize_accepts_a_tick_can_start(repo):
+    result = lanes(repo, "authorize", SLUG, "--yes", "--max-parallel", "9007199254740991")
+    assert result.returncode == EXIT_OK
+    tick = lanes(repo, "tick", SLUG, "--json")
+    assert tick.returncode == EXIT_OK, tick.stderr
+    assert json.loads(tick.stdout)["batch_state"] == "running"
+
+
+def test_demo_refuses_a_negative_max_parallel_and_a_used_directory(tmp_path, repo):
+    refused(lanes(tmp_path, "demo", "--max-parallel", "-5"), "--max-parallel", "positive integer")
+    before = sorted(path.name for path in tmp_path.iterdir())
+    refused(lanes(tmp_path, "demo", "--dir", str(tmp_path)), f"{tmp_path / 'repo'} already exists", "lanes-es demo --dir")
+    refused(lanes(tmp_path, "demo", "--dir", str(repo / "README.md")), "is a file")
+    assert sorted(path.name for path in tmp_path.iterdir()) == before
+
+
+def test_status_right_after_authorize_names_the_batch(repo):
+    batch_id = authorized(repo)
+    result = lanes(repo, "status", SLUG)
+    assert result.returncode == EXIT_OK
+    assert batch_id in result.stdout and "authorized, not started yet" in result.stdout
+    assert f"lanes-es tick {SLUG}" in result.stdout
+    as_json = json.loads(lanes(repo, "status", SLUG, "--json").stdout)
+    assert as_json["batch_id"] == batch_id and as_json["batch_state"] == "authorized"
+
+
+# ---------------------------------------------------------------- intents
+
+
+def add_task(repo: Path, task_id: str, intent_task: str | None, track: bool) -> None:
+    carrier = repo / "docs" / "initiatives" / f"{SLUG}.md"
+    carrier.write_text(carrier.read_text() + f"\n## S9: more\n\nTasks:\n- {task_id}\n")
+    subprocess.run(["git", "commit", "-qam", "more"], cwd=repo, check=True)
+    if intent_task is not None:
+        intent = json.loads((repo / "docs" / "plans" / "greet.intent.json").read_text())
+        intent["task_id"] = intent_task
+        (repo / "docs" / "plans" / f"{task_id}.intent.json").write_text(json.dumps(intent))
+    if track:
+        subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+        subprocess.run(["git", "commit", "-qm", "intent"], cwd=repo, check=True)
+
+
+def test_an_untracked_intent_is_named_with_the_git_command(repo):
+    add_task(repo, "extra", "extra", track=False)
+    plan = lanes(repo, "plan", SLUG)
+    assert plan.returncode == EXIT_OK
+    assert "extra [needs_human: invalid_intent]" in plan.stdout
+    assert "docs/plans/extra.intent.json is not tracked" in plan.stdout
+    assert "git add docs/plans/extra.intent.json && git commit" in plan.stdout
+    as_json = json.loads(lanes(repo, "plan", SLUG, "--json").stdout)
+    assert "is not tracked" in as_json["intent_errors"]["extra"]
+    authorize = lanes(repo, "authorize", SLUG, "--yes")
+    assert authorize.returncode == EXIT_OK and "extra is excluded" in authorize.stderr
+
+
+def test_an_intent_naming_another_task_says_so(repo):
+    add_task(repo, "extra", "other", track=True)
+    assert "names task other, not extra" in lanes(repo, "plan", SLUG).stdout
+
+
+def test_a_plan_with_nothing_enrollable_keeps_each_cause(tmp_path):
+    root = tmp_path / "one"
+    make_repository(root)
+    carrier = root / "docs" / "initiatives" / "solo.md"
+    carrier.write_text("# Solo\n\n## S1: one\n\nTasks:\n- lonely\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "solo"], cwd=root, check=True)
+    (root / "docs" / "plans" / "lonely.intent.json").write_text("{not json")
+    refused(lanes(root, "authorize", "solo", "--yes"), "empty_enrollable_set", "lonely:",
+            "docs/plans/lonely.intent.json is not tracked")
+    assert rows(store_of(root)) == []
+
+
+def test_a_task_id_that_is_no_id_is_a_plan_refusal(repo):
+    add_task(repo, "../../etc/passwd", None, track=False)
+    refused(lanes(repo, "plan", SLUG), "invalid task_id")
+    refused(lanes(repo, "authorize", SLUG, "--yes"), "invalid task_id")
+
+
+# ---------------------------------------------------------------- the store
+
+
+def test_a_directory_an_unknown_scheme_an_empty_or_foreign_file_as_store(repo, tmp_path):
+    refused(lanes(repo, "--store", str(tmp_path), "status", SLUG), str(tmp_path), "is a directory", "--store")
+    refused(lanes(repo, "--store", "foo://x", "status", SLUG), "unknown store URL 'foo://x'", "postgresql://")
+    empty = tmp_path / "empty.sqlite"
+    empty.write_bytes(b"")
+    for command in (["status", SLUG], ["authorize", SLUG, "--yes"], ["verify", "batch-demo-1"]):
+        refused(lanes(repo, "--store", str(empty), *command), str(empty), "empty file", "not re-created")
+    assert empty.read_bytes() == b""
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("my notes\n")
+    refused(lanes(repo, "--store", str(foreign), "authorize", SLUG, "--yes"), "not a SQLite file")
+    assert foreign.read_text() == "my notes\n"
+
+
+def read_only_mount(directory: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """`command` run where `directory` is a read-only mount (a private mount namespace)."""
+    script = f'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && exec "$@"'
+    return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(directory), *command],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_read_only_commands_work_on_a_read_only_store_and_writers_say_why(repo):
+    batch_id = started(repo)
+    probe = read_only_mount(store_of(repo).parent, "true")
+    if probe.returncode != 0:
+        pytest.skip(f"no private mount namespace here ({probe.stderr.strip()})")
+    command = [sys.executable, "-c", "import sys; from tools.cli import main; sys.exit(main(sys.argv[1:]))",
+               "--root", str(repo)]
+    os.environ.setdefault("PYTHONPATH", PROJECT)
+    for args in (["status", SLUG], ["verify", batch_id], ["replay", batch_id], ["rebuild", batch_id, "--check"],
+                 ["plan", SLUG]):
+        result = read_only_mount(store_of(repo).parent, *command, *args)
+        assert result.returncode == EXIT_OK, (args, result.stderr)
+    tick = read_only_mount(store_of(repo).parent, *command, "tick", SLUG)
+    refused(tick, str(store_of(repo)), "is read-only", "Read-only commands")
+
+
+def test_postgresql_refused_unreachable_unauthenticated_and_missing_extra(repo):
+    refused(lanes(repo, "--store", "postgresql://postgres@127.0.0.1:1/x", "status", SLUG),
+            "postgresql://postgres@127.0.0.1:1/x", "refused the connection", "127.0.0.1:1")
+    refused(lanes(repo, "--store", "postgresql://no_such_role_i11@127.0.0.1:5432/test", "status", SLUG),
+            "no_such_role_i11", "authentication")
+    refused(lanes(repo, "--store", "postgresql://postgres@127.0.0.1:5432/no_such_db_i11", "status", SLUG),
+            "no database no_such_db_i11")
+    hidden = "import sys; sys.modules['psycopg'] = None"
+    refused(lanes(repo, "status", SLUG, env={"LANES_ES_STORE": "postgresql://postgres@127.0.0.1/test"},
+                  prelude=hidden), "PostgreSQL extra", "pip install 'lanes-es[postgres]'")
+
+
+def damage(store: Path, statement: str, *args: object) -> None:
+    with sqlite3.connect(store) as connection:
+        assert connection.execute(statement, args).rowcount == 1
+
+
+@pytest.mark.parametrize("kind", ["text_row", "bad_json", "bad_topic", "gap"])
+def test_a_damaged_store_is_a_finding_for_verify_and_a_pointer_for_the_rest(repo, kind):
+    batch_id = started(repo)
+    statement = {
+        "text_row": "UPDATE stored_events SET state = CAST(state AS TEXT) WHERE originator_id = ? AND originator_version = 2",
+        "bad_json": "UPDATE stored_events SET state = X'7b' WHERE originator_id = ? AND originator_version = 2",
+        "bad_topic": "UPDATE stored_events SET topic = 'nope:X' WHERE originator_id = ? AND originator_version = 2",
+        "gap": "DELETE FROM stored_events WHERE originator_id = ? AND originator_version = 1",
+    }[kind]
+    damage(store_of(repo), statement, batch_id)
+    before = rows(store_of(repo))
+    verify = lanes(repo, "verify", batch_id)
+    assert verify.returncode == EXIT_FINDING, verify.stderr
+    assert "FAIL" in verify.stdout and "NOT verified" in verify.stdout and verify.stderr.strip() == ""
+    assert lanes(repo, "verify", batch_id, "--json").returncode == EXIT_FINDING
+    assert lanes(repo, "replay", batch_id).returncode == EXIT_FINDING
+    for command in (["status", SLUG], ["tick", SLUG], ["status", "--batch", batch_id]):
+        refused(lanes(repo, *command), batch_id, f"lanes-es verify {batch_id}")
+    assert rows(store_of(repo)) == before
+
+
+# ---------------------------------------------------------------- pipes and disks
+
+
+def closed_pipe(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        return lanes(cwd, *args, stdout=writer)
+    finally:
+        os.close(writer)
+
+
+def test_a_closed_pipe_ends_quietly(repo):
+    batch_id = started(repo)
+    for args in (["replay", batch_id], ["export", batch_id], ["tick", SLUG], ["status", SLUG, "--json"],
+                 ["plan", SLUG]):
+        result = closed_pipe(repo, *args)
+        assert result.returncode == EXIT_PIPE_CLOSED, (args, result.stderr)
+        assert result.stderr == "", args
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_full_disk_is_named(repo, tmp_path):
+    batch_id = started(repo)
+    with open("/dev/full", "w") as full:
+        result = lanes(repo, "replay", batch_id, stdout=full.fileno())
+    refused(result, "cannot use the output (stdout)", "the disk is full")
+    exported = lanes(repo, "export", batch_id, "-o", "/dev/full")
+    refused(exported, "/dev/full")
+
+
+# ---------------------------------------------------------------- offers
+
+
+def test_a_refused_offer_exits_2_and_a_missing_path_is_named(repo, tmp_path):
+    started(repo)
+    missing = tmp_path / "no-such-lane"
+    result = lanes(repo, "tick", SLUG, "--offer", f"greet={missing}")
+    assert result.returncode == EXIT_REFUSED
+    assert f"refused offer: greet at {missing}" in result.stdout
+    assert "is not a directory: make the Lane first" in result.stdout
+
+
+def test_store_checks_leave_a_fresh_store_alone_for_read_only_commands(repo):
+    """A read-only command in a repository with no store yet creates none."""
+    assert lanes(repo, "status", SLUG).returncode == EXIT_REFUSED
+    assert lanes(repo, "plan", SLUG).returncode == EXIT_OK
+    assert not store_of(repo).exists()
+
+
+def fingerprint(path: Path) -> str:
+    digest = hashlib.sha256()
+    for item in sorted(path.rglob("*")):
+        if item.is_file():
+            digest.update(str(item).encode() + item.read_bytes())
+    return digest.hexdigest()
+
+
+def test_fingerprint_sees_a_change(tmp_path):
+    """The property test's 'nothing written' relies on this."""
+    (tmp_path / "a").write_text("1")
+    before = fingerprint(tmp_path)
+    (tmp_path / "a").write_text("2")
+    assert fingerprint(tmp_path) != before
+
+
+__all__ = ["lanes", "fingerprint", "refused", "shutil"]
+
+
+# ---------------------------------------------------------------- the autopilot and the Lane
+
+
+def test_run_refuses_an_unusable_executor_or_lanes_dir_before_confirming(repo, tmp_path):
+    lanes_file = tmp_path / "lanes-file"
+    lanes_file.write_text("")
+    for executor, lanes_dir, words in (
+            ("no-such-binary-i11", tmp_path / "lanes", ("'no-such-binary-i11' is not on PATH",)),
+            ("/nonexistent/agent", tmp_path / "lanes", ("/nonexistent/agent does not exist",)),
+            ("", tmp_path / "lanes", ("--executor is empty",)),
+            ("true", lanes_file, (f"--lanes-dir {lanes_file} is a file",))):
+        refused(lanes(repo, "run", SLUG, "--max-parallel", "2", "--lanes-dir", str(lanes_dir), "--executor",
+                      executor, "--yes"), *words)
+    assert rows(store_of(repo)) == []
+    assert not (tmp_path / "lanes").exists()
+
+
+def test_the_run_help_example_names_the_demo(repo):
+    text = lanes(repo, "run", "--help").stdout
+    assert "`lanes-es demo`" in text and "my-agent" in text
+
+
+def test_task_status_in_a_parked_lane_says_parked_not_done(tmp_path):
+    from tests.engine import Engine, Task
+
+    engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])})
+    engine.authorize()
+    lane = engine.provision("task-a", engine.tick())
+    engine.tick({"task-a": lane})
+    engine.deliver("task-a", "b.txt", "outside the scope\n")
+    for _ in range(3):
+        report = engine.tick()
+    assert report["children"][0]["state"] == "needs_human"
+    status = lanes(lane, "task", "status")
+    assert status.returncode == EXIT_OK
+    assert "the coordinator parked this task (dirty_outside_scope" in status.stdout
+    assert "done: the coordinator commits" not in status.stdout
+    assert json.loads(lanes(lane, "task", "status", "--json").stdout)["batch_child"]["state"] == "needs_human"
+
+
+# ---------------------------------------------------------------- files in the wrong encoding
+
+
+def test_a_carrier_not_in_utf8_is_named(repo):
+    (repo / "docs" / "initiatives" / "latin.md").write_bytes("# D\n\n## S1: café\n\nTasks:\n- greet\n".encode("latin-1"))
+    refused(lanes(repo, "plan", "latin"), "docs/initiatives/latin.md is not UTF-8 text", "save it as UTF-8")
+
+
+def test_a_damaged_export_is_a_finding_and_a_missing_one_bad_input(repo, tmp_path):
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_bytes(b"\xff\xfe{not json")
+    result = lanes(repo, "verify", "--export", str(damaged))
+    assert result.returncode == EXIT_FINDING and "FAIL export: unreadable_export" in result.stdout
+    refused(lanes(repo, "verify", "--export", str(tmp_path / "missing.jsonl")), "cannot read the export")
+    refused(lanes(repo, "rebuild", "--from-export", str(damaged)), "invalid_export")
