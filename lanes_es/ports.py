@@ -109,6 +109,32 @@ class IntegrationRequest(msgspec.Struct, frozen=True, kw_only=True):
     siblings: list[IntegrationChild]
 
 
+class CandidateBuild(msgspec.Struct, frozen=True, kw_only=True):
+    """An integration candidate made but not landed: its commit and the commits in lane_base..parent."""
+
+    commit: str
+    landed_since_base: list[str]
+
+
+class CandidateCheck(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    findings: list[str]  # failed finding ids, empty when the task's acceptance passed
+    attempts: int = 1
+    flaky: list[str] = []  # finding ids that failed, then passed on a rerun
+
+
+class CandidateVerdict(msgspec.Struct, frozen=True, kw_only=True):
+    """The acceptance rerun on a candidate: each task's result, and serial's park reason when one failed."""
+
+    commit: str
+    checks: list[CandidateCheck]
+    reason: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.reason is None
+
+
 class TrackerResult(msgspec.Struct, frozen=True, kw_only=True):
     status: str
     message: str
@@ -181,6 +207,19 @@ class LaneGit(Protocol):
     def classify_lineage(self, root: str, branch: str, expected_head: str, commits: list[str],
                          batch_id: str, view: CoordinatorView | None = None) -> Lineage:
         """contracts §6.3; `view` saves the branch and HEAD read when the caller has one."""
+
+    def build_candidate(self, request: IntegrationRequest) -> CandidateBuild:
+        """The candidate `request.batch_head` + the lane commit, the branch untouched; IntegrationError as integrate."""
+
+    def verify_candidate(self, request: IntegrationRequest, build: CandidateBuild, slots: Any,
+                         flake_reruns: int = 0) -> CandidateVerdict:
+        """The acceptance rerun of §9.7 on the candidate, each task's checks on its own fresh tree, at most as
+        many at once as `slots` (a semaphore) allows; IntegrationError when the rerun cannot run at all.
+        A failed task whose failed checks all existed, unchanged, at the lane base runs again, up to
+        `flake_reruns` times."""
+
+    def land_candidate(self, root: str, branch: str, expected_head: str, commit: str) -> str:
+        """The branch's lineage checked as integrate checks it, then a fast-forward to `commit`."""
 
     def integrate(self, request: IntegrationRequest) -> str:
         """contracts §6.6: the new batch head; raises IntegrationError (branch unmoved)."""

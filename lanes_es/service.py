@@ -21,6 +21,7 @@ from lanes_es.audit.signing import KeyError_
 from lanes_es.domain import events as ev
 from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.batch import LaneBatch
+from lanes_es.domain.candidates import DEFAULT_INTEGRATION, INTEGRATION_MODES, SERIAL
 from lanes_es.domain.ids import batch_branch_name, is_valid_id
 from lanes_es.domain.initiative import Initiative
 from lanes_es.domain.record import IN_FLIGHT, is_terminal
@@ -131,6 +132,9 @@ class Confirmation:
     max_parallel: int
     final_verification: list[str] | None
     delegate_revisions: bool
+    integration: str = DEFAULT_INTEGRATION  # lanes-es's own choice; kept out of upstream's facts
+    verify_workers: int | None = None
+    flake_reruns: int = 0
 
     def facts(self) -> dict[str, Any]:
         return {
@@ -211,14 +215,26 @@ class LanesService:
 
     def confirmation(self, slug: str, *, max_parallel: int | None = None, max_children: int | None = None,
                      qa_failure_limit: int | None = None, final_verification: list[str] | None = None,
-                     delegate_revisions: bool = False) -> Confirmation:
-        """What `authorize` will ask the user to confirm; nothing is written."""
+                     delegate_revisions: bool = False, integration: str | None = None,
+                     verify_workers: int | None = None, flake_reruns: int | None = None) -> Confirmation:
+        """What `authorize` will ask the user to confirm; nothing is written.
+
+        `integration` (serial, speculative or batched; default speculative) and `verify_workers`
+        (candidate checks run at once; default the batch's max_parallel) apply to a new batch; a
+        recorded batch keeps the mode it was prepared with."""
         # Whatever authorize accepts, the tick must be able to record: the same bounds as the v2 validator.
         from lanes_es.domain.inputs import parse_positive_count
 
         max_parallel = parse_positive_count(max_parallel, "max_parallel")
         max_children = parse_positive_count(max_children, "max_children")
         qa_failure_limit = parse_positive_count(qa_failure_limit, "qa_failure_limit")
+        if integration is not None and integration not in INTEGRATION_MODES:
+            raise ServiceError("invalid_integration_mode", f"integration mode {integration!r} is unknown; choose "
+                                                           f"{', '.join(INTEGRATION_MODES)}")
+        if verify_workers is not None and verify_workers < 1:
+            raise ServiceError("invalid_verify_workers", "verify_workers must be at least 1")
+        if flake_reruns is not None and not 0 <= flake_reruns <= 5:
+            raise ServiceError("invalid_flake_reruns", "flake_reruns must be 0 to 5")
         initiative = self.initiative(slug)
         current = initiative.current if initiative else None
         recorded = self.store.batch(current.batch_id) if current else None
@@ -231,7 +247,8 @@ class LanesService:
             # Authorized but never ticked: confirm it again as it stands, or, when the plan moved
             # since, confirm the new plan under the same (never started) batch id.
             if plan["plan_digest"] == current.plan_digest:
-                return self._reconfirmation(slug, current, None, max_parallel, delegate_revisions)
+                return self._reconfirmation(slug, current, None, max_parallel, delegate_revisions, integration,
+                                            verify_workers, flake_reruns)
             batch_id = current.batch_id
         enrollable: list[ev.PlanChild] = plan["enrollable"]
         budget = ev.Budget(max_children=max_children or len(enrollable),
@@ -241,7 +258,8 @@ class LanesService:
         return Confirmation(slug=slug, batch_id=batch_id, resumes=False, plan=plan,
                             children=enrollable, plan_digest=plan["plan_digest"], base_head=self.adapters.head(self.root),
                             budget=budget, max_parallel=max_parallel or 1, final_verification=final_verification or None,
-                            delegate_revisions=delegate_revisions)
+                            delegate_revisions=delegate_revisions, integration=integration or DEFAULT_INTEGRATION,
+                            verify_workers=verify_workers, flake_reruns=flake_reruns or 0)
 
     def _require_plan_unchanged(self, slug: str, recorded: LaneBatch) -> None:
         """A recorded batch runs the plan it was confirmed on; a changed plan is a new batch (upstream:
@@ -263,7 +281,8 @@ class LanesService:
                                f"{slug}` (its Lanes and commits are kept) and authorize the new plan as a new batch")
 
     def _reconfirmation(self, slug: str, current: ev.BatchAuthorized, recorded: LaneBatch | None,
-                        max_parallel: int | None, delegate_revisions: bool) -> Confirmation:
+                        max_parallel: int | None, delegate_revisions: bool, integration: str | None = None,
+                        verify_workers: int | None = None, flake_reruns: int | None = None) -> Confirmation:
         """A fresh confirmation of the active batch: same plan and base, a newer confirmation time."""
         recorded_parallel = recorded.record["max_parallel"] if recorded else current.max_parallel
         if max_parallel is not None and max_parallel != recorded_parallel:
@@ -279,7 +298,13 @@ class LanesService:
                             plan={"parallel_groups": [], "scope_conflicts": []}, children=children,
                             plan_digest=digest, base_head=current.base_head, budget=current.budget,
                             max_parallel=recorded_parallel, final_verification=current.final_verification,
-                            delegate_revisions=delegate_revisions)
+                            delegate_revisions=delegate_revisions,
+                            integration=(recorded.integration if recorded is not None
+                                         else integration or current.integration or SERIAL),
+                            verify_workers=(recorded.verify_workers if recorded is not None
+                                            else verify_workers or current.verify_workers),
+                            flake_reruns=(recorded.flake_reruns if recorded is not None
+                                          else flake_reruns or current.flake_reruns or 0))
 
     def authorize(self, confirmation: Confirmation) -> ev.BatchAuthorized:
         """Record the literal user's yes to `confirmation` on the Initiative."""
@@ -295,7 +320,8 @@ class LanesService:
                     children=confirmation.children, confirmation_ref=ref,
                     final_verification=confirmation.final_verification,
                     delegate_revisions=confirmation.delegate_revisions, resumes=confirmation.resumes,
-                    repository=self.root)
+                    repository=self.root, integration=confirmation.integration,
+                    verify_workers=confirmation.verify_workers, flake_reruns=confirmation.flake_reruns)
             except TransitionRefused as error:
                 raise ServiceError("confirmation_failed", str(error)) from None
             self.store.save(initiative)

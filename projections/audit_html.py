@@ -125,6 +125,7 @@ def _summary(batch_id: str, record: dict[str, Any] | None, rows: list[TimelineRo
         ("Batch state", state),
         ("Branch", record.get("branch", "-") if record else "-"),
         ("Base head", record["base_head"][:12] if record else "-"),
+        ("Integration", _integration_of(rows)),
         ("Events", str(len(rows))),
         ("Ticks", str(len({row.at for row in rows}))),
         ("From", rows[0].at if rows else "-"),
@@ -136,6 +137,23 @@ def _summary(batch_id: str, record: dict[str, Any] | None, rows: list[TimelineRo
             f"<span class=\"state state-{_text(state)}\">{_text(state)}</span></h1><dl class=\"facts\">{items}</dl>"
             "<label class=\"filter\">Filter <input id=\"filter\" type=\"search\" "
             "placeholder=\"task, event, reason, commit…\" autocomplete=\"off\"></label></header>")
+
+
+def _integration_of(rows: list[TimelineRow]) -> str:
+    """The integration mode the batch was prepared with (serial in logs from before the choice), and its
+    candidate verifications."""
+    prepared = next((row for row in rows if row.event == "BatchPrepared"), None)
+    if prepared is None:
+        return "-"
+    mode = prepared.facts.get("integration") or "serial"
+    verdicts = [row for row in rows if row.event == "CandidateVerified"]
+    if not verdicts:
+        return mode
+    failed = sum(1 for row in verdicts if not row.facts.get("passed"))
+    flaky = sorted({finding for row in verdicts for check in row.facts.get("checks", [])
+                    for finding in check.get("flaky", [])})
+    text = f"{mode}: {len(verdicts)} candidates verified, {failed} failed"
+    return text + (f"; passed only on a rerun: {', '.join(flaky)}" if flaky else "")
 
 
 def _legend() -> str:

@@ -72,6 +72,9 @@ def register(commands: Any) -> None:
     command.add_argument("--wait", type=_seconds_up_to(86400, zero=True), default=0.0, metavar="SECONDS",
                          help="when another autopilot runs this Initiative, wait up to SECONDS for it to end "
                               "(default: refuse at once, naming it)")
+    from tools.cli import add_integration_options
+
+    add_integration_options(command)  # with a new confirmation
     command.add_argument("--poll", type=_seconds_up_to(60), default=1.0, metavar="SECONDS",
                          help="how often to look at the running Executors (default 1)")
     command.set_defaults(func=_run)
@@ -106,7 +109,8 @@ def _run(args: argparse.Namespace) -> int:
     final = parse_final_verification(args.final_verification) if args.final_verification else None
     return run_autopilot(service_of(args), args.slug, args.max_parallel, args.lanes_dir, argv, args.yes,
                          poll=args.poll, final_verification=final, delegate_revisions=args.delegate_revisions,
-                         json_lines=args.json, wait=args.wait)
+                         json_lines=args.json, wait=args.wait, integration=args.integration,
+                         verify_workers=args.verify_workers, flake_reruns=args.flake_reruns)
 
 
 def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:

@@ -15,7 +15,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from lanes_es.adapters.git import STATS, git
 
@@ -46,8 +46,10 @@ def _intent(task_id: str) -> str:
         "scope_hint": [f"src/{task_id}.txt"], "risk": "routine", "revision": 1, "owner": "user"}, indent=2) + "\n"
 
 
-def make_repository(root: Path, initiatives: dict[str, list[str]]) -> str:
-    """A repository whose Initiatives each run their tasks in slices of one (intents that always pass)."""
+def make_repository(root: Path, initiatives: dict[str, list[str]],
+                    intent: Callable[[int, str], str] | None = None) -> str:
+    """A repository whose Initiatives each run their tasks in slices of one, with the intents
+    `intent(index, task)` (default: intents that always pass)."""
     root.mkdir(parents=True)
     git(str(root), "init", "-q", "-b", "main")
     git(str(root), "config", "user.name", "Bench")
@@ -59,15 +61,17 @@ def make_repository(root: Path, initiatives: dict[str, list[str]]) -> str:
         lines = [f"# {slug}", ""]
         for index, task_id in enumerate(tasks):
             lines += [f"## S{index}: {task_id}", "", "Tasks:", f"- {task_id}", ""]
-            (root / "docs" / "plans" / f"{task_id}.intent.json").write_text(_intent(task_id))
+            text = intent(index, task_id) if intent is not None else _intent(task_id)
+            (root / "docs" / "plans" / f"{task_id}.intent.json").write_text(text)
         (root / "docs" / "initiatives" / f"{slug}.md").write_text("\n".join(lines))
     git(str(root), "add", "-A")
     git(str(root), "commit", "-q", "-m", "bench base")
     return git(str(root), "rev-parse", "HEAD").text
 
 
-def _repository(root: Path, count: int) -> str:
-    return make_repository(root, {"bench": [f"task-{index:03d}" for index in range(count)]})
+def _repository(root: Path, count: int, intent: Callable[[int, str], str] | None = None, slug: str = "bench") -> str:
+    """A repository of `count` tasks (`task-000`, ...) in one Initiative `slug`."""
+    return make_repository(root, {slug: [f"task-{index:03d}" for index in range(count)]}, intent)
 
 
 def measure(count: int, repeat: int, workdir: Path) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from lanes_es.adapters.git import STATS, git
+from lanes_es.adapters.git import STATS
 
 SLUG = "bench"
 
@@ -84,20 +84,9 @@ def check_of(index: int, seconds: float, failing: int | None) -> list[str]:
 
 
 def make_repository(root: Path, count: int, seconds: float, failing: int | None) -> None:
-    root.mkdir(parents=True)
-    git(str(root), "init", "-q", "-b", "main")
-    git(str(root), "config", "user.name", "Bench")
-    git(str(root), "config", "user.email", "bench@example.invalid")
-    (root / ".gitignore").write_text(".imm/state/\n")
-    (root / "docs" / "initiatives").mkdir(parents=True)
-    (root / "docs" / "plans").mkdir(parents=True)
-    lines = ["# Bench", ""]
-    for index, task_id in enumerate(task_ids(count)):
-        lines += [f"## S{index}: {task_id}", "", "Tasks:", f"- {task_id}", ""]
-        (root / "docs" / "plans" / f"{task_id}.intent.json").write_text(_intent(task_id, check_of(index, seconds, failing)))
-    (root / "docs" / "initiatives" / f"{SLUG}.md").write_text("\n".join(lines))
-    git(str(root), "add", "-A")
-    git(str(root), "commit", "-q", "-m", "bench base")
+    from tools.bench import _repository
+
+    _repository(root, count, lambda index, task_id: _intent(task_id, check_of(index, seconds, failing)), SLUG)
 
 
 def executor_argv(barrier: Path, count: int) -> list[str]:

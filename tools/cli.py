@@ -97,6 +97,7 @@ def build_parser(selected: str | None = "*") -> argparse.ArgumentParser:
     _add_authorize(commands)
     _add_tick(commands)
     _add_status(commands)
+    _add_flakes(commands)
     _add_rebuild(commands)
     _add_retire(commands)
     modules = dict.fromkeys(module for module, _ in COMMAND_MODULES.values())
@@ -186,9 +187,22 @@ def _add_authorize(commands: Any) -> None:
                          help="a plain-argv command run on the batch branch before completion (1 to 8; repeatable)")
     command.add_argument("--delegate-revisions", action="store_true",
                          help="let the coordinator approve in-bounds breaking Intent revisions in a Lane (ADR 0018)")
+    add_integration_options(command)
     command.add_argument("--yes", action="store_true", help="confirm without asking (you are the literal user)")
     command.add_argument("--json", action="store_true", help="print the batch id and the confirmation facts as JSON")
     command.set_defaults(func=_authorize)
+
+
+def add_integration_options(command: Any) -> None:
+    command.add_argument("--integration", choices=("serial", "speculative", "batched"), default=None,
+                         help="how settled Lanes integrate: serial (upstream's, one candidate at a time), "
+                              "speculative (cumulative candidates verified at once; default) or batched (the top "
+                              "candidate only, bisecting on a failure)")
+    command.add_argument("--verify-workers", type=positive_int, default=None,
+                         help="candidate checks run at once (default: max_parallel)")
+    command.add_argument("--flake-reruns", type=int, choices=range(0, 6), default=None, metavar="N",
+                         help="flake policy: a check that failed on a candidate runs again up to N times (0 to 5; "
+                              "default 0), only when it existed unchanged before the Lane; see `lanes-es flakes`")
 
 
 def positive_int(text: str) -> int:
@@ -210,7 +224,8 @@ def _authorize(args: argparse.Namespace) -> int:
     final = parse_final_verification(args.final_verification) if args.final_verification else None
     confirmation = service.confirmation(args.slug, max_parallel=args.max_parallel, max_children=args.max_children,
                                         qa_failure_limit=args.qa_failure_limit, final_verification=final,
-                                        delegate_revisions=args.delegate_revisions)
+                                        delegate_revisions=args.delegate_revisions, integration=args.integration,
+                                        verify_workers=args.verify_workers, flake_reruns=args.flake_reruns)
     facts = confirmation.facts()
     for task_id, text in confirmation.plan.get("intent_errors", {}).items():
         print(f"lanes-es: {task_id} is excluded: {text}", file=sys.stderr)
@@ -409,7 +424,8 @@ def _status(args: argparse.Namespace) -> int:
     else:
         raise ServiceError("invalid_input", "name an Initiative SLUG or --batch ID")
     record = batch.record
-    _print(record, args.json, lambda r: report_text({**r, "reason": None, "next_action": _status_next(r)}))
+    _print(record, args.json, lambda r: report_text({**r, "reason": None, "next_action": _status_next(r)})
+           + f"\n{integration_text(batch)}")
     return 0
 
 
@@ -432,10 +448,37 @@ def _status_not_started(service: LanesService, slug: str, as_json: bool) -> int:
     return EXIT_OK
 
 
+def integration_text(batch: Any) -> str:
+    """How the batch integrates: lanes-es's own fact, from the log (the v2 record has no place for it)."""
+    workers = f", {batch.verify_workers} verify workers" if batch.verify_workers else ""
+    reruns = f", flake reruns {batch.flake_reruns}" if batch.flake_reruns else ""
+    return f"integration: {batch.integration}{workers}{reruns}"
+
+
 def _status_next(record: dict[str, Any]) -> str:
     from lanes_es.domain.report import TERMINAL_NEXT_ACTIONS
 
     return TERMINAL_NEXT_ACTIONS.get(record["batch_state"], "Inspect the batch run state.")
+
+
+def _add_flakes(commands: Any) -> None:
+    command = commands.add_parser("flakes", help="checks that passed only on a rerun, across batches",
+                                  description="Every check that failed on an integration candidate and then passed "
+                                              "when the flake policy (authorize --flake-reruns N) ran it again, "
+                                              "with how often and in how many batches, most frequent first.")
+    command.add_argument("--json", action="store_true")
+    command.set_defaults(func=_flakes)
+
+
+def _flakes(args: argparse.Namespace) -> int:
+    from projections.flakes import flaky_checks
+
+    service = service_of(args)
+    rows = flaky_checks((batch_id, service.store.events(batch_id)) for batch_id in service.store.batch_ids())
+    _print(rows, args.json, lambda found: "\n".join(
+        f"{row['check']}: passed on a rerun {row['passed_on_rerun']} time(s) in {len(row['batches'])} batch(es), "
+        f"last {row['batches'][-1]}" for row in found) or "no check passed only on a rerun")
+    return 0
 
 
 def _add_rebuild(commands: Any) -> None:

@@ -18,9 +18,13 @@ from typing import Any, Iterable
 import msgspec
 
 from lanes_es.adapters.git import batch_identity_env, git, git_ok
+from lanes_es.domain.flakes import rerunnable
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.domain.jstext import parse_json
 from lanes_es.ports import (
+    CandidateBuild,
+    CandidateCheck,
+    CandidateVerdict,
     CoordinatorView,
     GitFailure,
     IntegrationChild,
@@ -306,14 +310,14 @@ class GitLanes:
 
         Also returns the commits that landed on the batch branch since the lane base (`base..head`).
         """
+        current_branch, current_head, parents = self._integration_facts(request.root, request.lane_commit)
+        _require_lineage(current_branch, current_head, request.branch, request.batch_head)
+        return self._candidate_on(request, parents)
+
+    def _candidate_on(self, request: IntegrationRequest, parents: list[str] | None) -> tuple[str, set[str]]:
+        """The lane commit's identity checks, then the candidate on `request.batch_head` (the branch's
+        head, or a candidate not yet landed) and the commits in lane_base..batch_head."""
         root, head, base, lane = request.root, request.batch_head, request.lane_base, request.lane_commit
-        current_branch, current_head, parents = self._integration_facts(root, lane)
-        if current_branch != request.branch:
-            raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
-                f"current branch {current_branch or ''} does not match expected branch {request.branch}"))
-        if current_head != head:
-            raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
-                f"current HEAD {current_head or ''} does not match expected batch head {head}"))
         if parents is None:
             raise GitFailure(f"failed to read parents of {lane}")
         if len(parents) != 1:
@@ -397,6 +401,17 @@ class GitLanes:
     def _rerun_descriptors(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str]) -> None:
         """contracts §9.7: the acceptance of the child and of each integrated sibling whose commit
         landed after this Lane's base, run on the candidate tree."""
+        tree, _, intents = self._rerun_set(request, candidate, landed_since_base)
+        failed: list[str] = []
+        for task_id, intent in intents:
+            failed.extend(_run_on_fresh_tree(tree, task_id, intent))
+        if failed:
+            raise IntegrationError(CHECK_FAILED, check_failure_reason(failed, candidate))
+
+    def _rerun_set(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str]
+                   ) -> tuple["CandidateTree", list[IntegrationChild], list[tuple[str, dict[str, Any]]]]:
+        """The candidate's tree (read once, shared by its checks), the tasks to rerun on it (the child,
+        then each sibling landed since the lane base) and their intents as the candidate holds them."""
         siblings = [sibling for sibling in request.siblings if sibling.commit and sibling.commit in landed_since_base]
         checks = [request.child, *siblings]
         for check in checks:
@@ -409,12 +424,57 @@ class GitLanes:
                                                  f"{error}") from None
         intents = [(check.task_id, self._candidate_intent(tree, candidate, check)) for check in checks]
         _require_valid_descriptors(intents)
-        failed: list[str] = []
-        for task_id, intent in intents:
-            failed.extend(_run_on_fresh_tree(tree, task_id, intent))
-        if failed:
-            raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: {', '.join(failed)} failed on candidate "
-                                                 f"{candidate}")
+        return tree, checks, intents
+
+    # ------------------------------------------------------------ candidates of a round (speculative, batched)
+
+    def build_candidate(self, request: IntegrationRequest) -> CandidateBuild:
+        try:
+            _, _, parents = self._integration_facts(request.root, request.lane_commit)
+            candidate, landed = self._candidate_on(request, parents)
+        except IntegrationError:
+            raise
+        except GitFailure as error:
+            raise IntegrationError(CONFLICT, f"{CONFLICT}: {error}") from None
+        return CandidateBuild(commit=candidate, landed_since_base=sorted(landed))
+
+    def verify_candidate(self, request: IntegrationRequest, build: CandidateBuild, slots: Any,
+                         flake_reruns: int = 0) -> CandidateVerdict:
+        """As the serial rerun, with each task's acceptance on its own fresh tree, concurrently; a failed task
+        runs again (up to `flake_reruns` times) only when its failed checks existed unchanged at the lane base."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        candidate = build.commit
+        tree, checks, intents = self._rerun_set(request, candidate, set(build.landed_since_base))
+        at_base = _intents_at(request.root, request.lane_base, checks) if flake_reruns else {}
+
+        def run(task_id: str, intent: dict[str, Any]) -> CandidateCheck:
+            with slots:
+                failed = _run_on_fresh_tree(tree, task_id, intent)
+            attempts, first = 1, failed
+            while failed and attempts <= flake_reruns and rerunnable(first, task_id, at_base.get(task_id), intent):
+                with slots:
+                    failed = _run_on_fresh_tree(tree, task_id, intent)
+                attempts += 1
+            return CandidateCheck(task_id=task_id, findings=failed, attempts=attempts,
+                                  flaky=first if first and not failed else [])
+
+        with ThreadPoolExecutor(max_workers=len(intents), thread_name_prefix="lanes-es-check") as pool:
+            futures = [pool.submit(run, task_id, intent) for task_id, intent in intents]
+            results = [future.result() for future in futures]
+        failed = [finding for result in results for finding in result.findings]
+        return CandidateVerdict(commit=candidate, checks=results,
+                                reason=check_failure_reason(failed, candidate) if failed else None)
+
+    def land_candidate(self, root: str, branch: str, expected_head: str, commit: str) -> str:
+        try:
+            current_branch, current_head = branch_and_head(root)
+            _require_lineage(current_branch, current_head, branch, expected_head)
+            return self._fast_forward(root, commit)
+        except IntegrationError:
+            raise
+        except GitFailure as error:
+            raise IntegrationError(CONFLICT, f"{CONFLICT}: {error}") from None
 
     @staticmethod
     def _candidate_intent(tree: "CandidateTree", candidate: str, check: IntegrationChild) -> dict[str, Any]:
@@ -507,6 +567,7 @@ class CandidateTree:
     def __init__(self, entries: dict[str, TreeEntry], blobs: dict[str, bytes]) -> None:
         self.entries = entries
         self.blobs = blobs
+        self._digests: dict[str, str] | None = None
 
     @classmethod
     def read(cls, root: str, commit: str) -> "CandidateTree":
@@ -527,6 +588,24 @@ class CandidateTree:
         if entry is None or entry.kind != "blob" or entry.mode not in ("100644", "100755"):
             return None
         return self.blobs.get(entry.sha)
+
+    def input_digests(self) -> dict[str, str]:
+        """The protected inputs of a tree written by `write_to`, as the QA runner reads them, computed once
+        from the objects in memory so that each check's run hashes its tree only after the checks."""
+        if self._digests is None:
+            from lanes_es.adapters.qa import input_digest
+
+            digests: dict[str, str] = {}
+            for path, entry in self.entries.items():
+                if entry.kind != "blob":
+                    continue
+                if entry.mode == "120000":
+                    digests[os.path.normpath(path)] = "link:" + os.fsdecode(self.blobs[entry.sha])
+                else:
+                    digests[os.path.normpath(path)] = input_digest(self.blobs[entry.sha],
+                                                                   0o755 if entry.mode == "100755" else 0o644)
+            self._digests = digests
+        return self._digests
 
     def write_to(self, directory: str) -> None:
         """Write every entry under `directory`: files with their mode, symlinks as links, submodules as empty dirs."""
@@ -561,6 +640,41 @@ def _read_blobs(root: str, shas: list[str]) -> dict[str, bytes]:
         blobs[sha] = out[line_end + 1:line_end + 1 + size]
         position = line_end + 1 + size + 1
     return blobs
+
+
+def _intents_at(root: str, commit: str, checks: list[IntegrationChild]) -> dict[str, dict[str, Any]]:
+    """Each task's intent as `commit` holds it (absent or unreadable: left out), in one cat-file."""
+    names = [f"{commit}:{check.intent_path}" for check in checks]
+    out = git(root, "cat-file", "--batch", stdin="".join(f"{name}\n" for name in names)).stdout
+    found: dict[str, dict[str, Any]] = {}
+    position = 0
+    for check in checks:
+        line_end = out.index(b"\n", position)
+        header = out[position:line_end].decode("utf-8", "replace").split(" ")
+        if len(header) != 3 or header[1] != "blob":
+            position = line_end + 1
+            continue
+        size = int(header[2])
+        content = out[line_end + 1:line_end + 1 + size]
+        position = line_end + 1 + size + 1
+        try:
+            found[check.task_id] = parse_json(content.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            continue
+    return found
+
+
+def check_failure_reason(failed: list[str], candidate: str) -> str:
+    return f"{CHECK_FAILED}: {', '.join(failed)} failed on candidate {candidate}"
+
+
+def _require_lineage(current_branch: str | None, current_head: str | None, branch: str, head: str) -> None:
+    if current_branch != branch:
+        raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
+            f"current branch {current_branch or ''} does not match expected branch {branch}"))
+    if current_head != head:
+        raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
+            f"current HEAD {current_head or ''} does not match expected batch head {head}"))
 
 
 def _safe_target(directory: str, path: str) -> str:
@@ -598,7 +712,7 @@ def _run_on_fresh_tree(tree: CandidateTree, task_id: str, intent: dict[str, Any]
     try:
         with tempfile.TemporaryDirectory(prefix="lanes-es-candidate-", ignore_cleanup_errors=True) as directory:
             tree.write_to(directory)
-            verdict = run_acceptance(directory, task_id, intent)
+            verdict = run_acceptance(directory, task_id, intent, tree.input_digests())
     except IntegrationError:
         raise
     except Exception as error:

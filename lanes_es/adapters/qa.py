@@ -70,8 +70,12 @@ class Check(msgspec.Struct, frozen=True, kw_only=True):
 # ---------------------------------------------------------------- public
 
 
-def run_acceptance(tree_dir: str, task_id: str, intent: dict[str, Any]) -> Verdict:
-    """Run every acceptance item of `intent` on `tree_dir`; `pass` only when each one passed."""
+def run_acceptance(tree_dir: str, task_id: str, intent: dict[str, Any],
+                   inputs: dict[str, str] | None = None) -> Verdict:
+    """Run every acceptance item of `intent` on `tree_dir`; `pass` only when each one passed.
+
+    `inputs`, when the caller wrote the tree and so knows it, is what `_protected_inputs` would read
+    before the first group (path -> digest): the tree is then hashed once, after the checks, not twice."""
     items = intent.get("acceptance") if isinstance(intent, dict) else None
     if not isinstance(items, list) or not items:
         return Verdict(decision="rework", findings=[Finding(id=f"{task_id}:*", reason="no acceptance item to check")])
@@ -85,8 +89,8 @@ def run_acceptance(tree_dir: str, task_id: str, intent: dict[str, Any]) -> Verdi
             checks.append(_check(finding_id, item))
         except ValueError as error:  # InvalidDescriptor, or an item without a verification: a failure
             failures[finding_id] = str(error)
-    for group in _groups(checks):
-        failures.update(_run_group(os.path.realpath(tree_dir), group))
+    for index, group in enumerate(_groups(checks)):
+        failures.update(_run_group(os.path.realpath(tree_dir), group, inputs if index == 0 else None))
     findings = [Finding(id=finding_id, reason=failures[finding_id]) for finding_id in order if finding_id in failures]
     return Verdict(decision="rework" if findings else "pass", findings=findings)
 
@@ -143,12 +147,13 @@ def _groups(checks: list[Check]) -> list[list[Check]]:
 # ---------------------------------------------------------------- running
 
 
-def _run_group(tree: str, group: list[Check]) -> dict[str, str]:
+def _run_group(tree: str, group: list[Check], inputs: dict[str, str] | None = None) -> dict[str, str]:
     """Failures of one environment group: prepare first (its failure fails the whole group), then each check;
     afterwards the protected inputs (every file the tree held outside the group's writable paths) must be
     as they were, the `./` executables among them."""
     writable = group[0].writable_paths
-    before = _protected_inputs(tree, writable)
+    before = (_protected_inputs(tree, writable) if inputs is None
+              else {path: held for path, held in inputs.items() if not _is_writable(path, writable)})
     with _sandbox_env() as env:
         prepare = group[0].prepare
         if prepare is not None:
@@ -187,6 +192,13 @@ def _protected_inputs(tree: str, writable: tuple[str, ...]) -> dict[str, str]:
 
 def _is_writable(relative: str, writable: tuple[str, ...]) -> bool:
     return any(relative == entry or relative.startswith(entry.rstrip("/") + "/") for entry in writable)
+
+
+def input_digest(content: bytes, mode: int) -> str:
+    """What `_protected_inputs` reads for a regular file holding `content` with permission bits `mode`."""
+    import hashlib
+
+    return hashlib.sha256(content).hexdigest() + f":{mode & 0o777:o}"
 
 
 def _digest_of(path: str) -> str:

@@ -250,7 +250,8 @@ _BATCH_EVENTS = frozenset({
     ev.Parked, ev.Resealed, ev.QaFailureCounted, ev.ReviewOpened, ev.InterventionRecorded,
     ev.DelegatedRevisionApplied, ev.DelegationGrantChanged, ev.TrackerClosed, ev.HeadAdopted, ev.LeaksRestored,
     ev.ParkResumed, ev.BatchSettled, ev.BatchSuperseded, ev.OffersRefused, ev.TickRejected,
-    ev.ProjectionDriftRepaired,
+    ev.ProjectionDriftRepaired, ev.CandidateBuilt, ev.CandidateVerified, ev.CandidateDiscarded,
+    ev.IntegrationFellBack,
 })
 
 

@@ -27,6 +27,9 @@ class LaneBatch(ChainedAggregate):
         # is the report the log has written so far, if any.
         self.record: dict[str, Any] = {}
         self.report: dict[str, Any] | None = None
+        self._integration: str | None = None
+        self.verify_workers: int | None = None
+        self.flake_reruns = 0
 
     # ------------------------------------------------------------ creation
 
@@ -34,7 +37,8 @@ class LaneBatch(ChainedAggregate):
     def prepare(cls, *, at: str, batch_id: str, initiative_slug: str, plan_digest: str, base_head: str,
                 branch: str, confirmation_time: str, budget: ev.Budget, max_parallel: int,
                 children: list[ev.PlanChild], final_verification: list[str] | None = None,
-                revision_delegation: str | None = None) -> "LaneBatch":
+                revision_delegation: str | None = None, integration: str | None = None,
+                verify_workers: int | None = None, flake_reruns: int | None = None) -> "LaneBatch":
         if not children:
             raise TransitionRefused("batch plan is empty")
         identities = {
@@ -49,12 +53,15 @@ class LaneBatch(ChainedAggregate):
             plan_digest=plan_digest, base_head=base_head, branch=branch, confirmation_time=confirmation_time,
             budget=budget, max_parallel=max_parallel, children=children,
             final_verification=final_verification or None, revision_delegation=revision_delegation,
-            intent_identities=identities or None,
+            intent_identities=identities or None, integration=integration, verify_workers=verify_workers,
+            flake_reruns=flake_reruns or None,
         )
 
     def apply_fact(self, event: Any) -> None:
         if isinstance(event, ev.BatchPrepared):
             self.record = prepared_record(event)
+            self._integration, self.verify_workers = event.integration, event.verify_workers
+            self.flake_reruns = event.flake_reruns or 0
         else:
             apply_event(self.record, event)
             self.report = report_after(self.report, self.record, event)
@@ -235,3 +242,30 @@ class LaneBatch(ChainedAggregate):
 
     def note_drift(self, at: str, path: str) -> None:
         self.trigger_event(ev.ProjectionDriftRepaired, at=at, path=path)
+
+    def note_candidate_built(self, at: str, mode: str, lanes: list[str], parent: str, commit: str | None,
+                             reparented_from: str | None = None) -> None:
+        self._require_moving()
+        self.trigger_event(ev.CandidateBuilt, at=at, mode=mode, lanes=lanes, parent=parent, commit=commit,
+                           reparented_from=reparented_from)
+
+    def note_candidate_verified(self, at: str, mode: str, lanes: list[str], commit: str | None, passed: bool,
+                                reason: str | None, checks: list[ev.CheckVerdict], bisection: bool = False,
+                                unverified_intermediates: list[str] | None = None) -> None:
+        self._require_moving()
+        self.trigger_event(ev.CandidateVerified, at=at, mode=mode, lanes=lanes, commit=commit, passed=passed,
+                           reason=reason, checks=checks, bisection=bisection,
+                           unverified_intermediates=unverified_intermediates or [])
+
+    def note_candidate_discarded(self, at: str, mode: str, lanes: list[str], commit: str | None, reason: str) -> None:
+        self._require_moving()
+        self.trigger_event(ev.CandidateDiscarded, at=at, mode=mode, lanes=lanes, commit=commit, reason=reason)
+
+    def note_fall_back(self, at: str, lanes: list[str], verifications: int, cap: int) -> None:
+        self._require_moving()
+        self.trigger_event(ev.IntegrationFellBack, at=at, lanes=lanes, verifications=verifications, cap=cap)
+
+    @property
+    def integration(self) -> str:
+        """How lane commits integrate: recorded when the batch was prepared; serial for older logs."""
+        return self._integration or "serial"

@@ -236,6 +236,11 @@ class BatchPrepared(CreatedEvent, frozen=True, kw_only=True):
     final_verification: list[str] | None = None
     revision_delegation: str | None = None  # the grant's confirmation_time
     intent_identities: dict[str, IntentIdentity] | None = None
+    # lanes-es's own (not in the v2 record): how lane commits integrate; None in logs from before the
+    # choice existed, which integrate serially.
+    integration: str | None = None
+    verify_workers: int | None = None
+    flake_reruns: int | None = None
 
 
 class BatchStarted(Event, frozen=True, kw_only=True):
@@ -371,7 +376,64 @@ class ProjectionDriftRepaired(Event, frozen=True, kw_only=True):
     path: str
 
 
-AUDIT_ONLY: tuple[type[Event], ...] = (OffersRefused, TickRejected, ProjectionDriftRepaired)
+class CheckVerdict(Payload, frozen=True, kw_only=True):
+    """One task's acceptance run on a candidate: failed finding ids, empty when it passed."""
+
+    task_id: str
+    passed: bool
+    findings: list[str] = []
+    attempts: int = 1
+    flaky: list[str] = []  # finding ids that failed, then passed on a rerun (the flake policy)
+
+
+class CandidateBuilt(Event, frozen=True, kw_only=True):
+    """Audit only: an integration candidate, the round's batch head plus `lanes` in plan order.
+
+    `commit` is None when the last Lane does not apply (its verdict follows at once);
+    `reparented_from` names the parent an earlier, discarded candidate for the same Lane had."""
+
+    mode: str
+    lanes: list[str]
+    parent: str
+    commit: str | None
+    reparented_from: str | None = None
+
+
+class CandidateVerified(Event, frozen=True, kw_only=True):
+    """Audit only: a candidate's verdict; `reason` is the park reason serial would give its last Lane.
+
+    `bisection` marks a batched round's halving step; `unverified_intermediates` lists the Lanes
+    whose own candidates this verdict covered without being verified one by one (batched)."""
+
+    mode: str
+    lanes: list[str]
+    commit: str | None
+    passed: bool
+    reason: str | None = None
+    checks: list[CheckVerdict] = []
+    bisection: bool = False
+    unverified_intermediates: list[str] = []
+
+
+class CandidateDiscarded(Event, frozen=True, kw_only=True):
+    """Audit only: a verified candidate no Lane will land on (a Lane it assumed has failed)."""
+
+    mode: str
+    lanes: list[str]
+    commit: str | None
+    reason: str
+
+
+class IntegrationFellBack(Event, frozen=True, kw_only=True):
+    """Audit only: a batched round reached its cap of verifications; `lanes` integrate serially."""
+
+    lanes: list[str]
+    verifications: int
+    cap: int
+
+
+AUDIT_ONLY: tuple[type[Event], ...] = (OffersRefused, TickRejected, ProjectionDriftRepaired, CandidateBuilt,
+                                       CandidateVerified, CandidateDiscarded, IntegrationFellBack)
 
 # The card's eight transitions, by the names users search the log for.
 TRANSITION_NAMES: dict[type, str] = {
@@ -415,6 +477,9 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
     final_verification: list[str] | None = None
     delegate_revisions: bool = False
     resumes: bool = False
+    integration: str | None = None  # None: an authorization from before the choice, serial
+    verify_workers: int | None = None
+    flake_reruns: int | None = None  # a failed pre-existing check on a candidate may run again this often
     repository: str | None = None
 
     @staticmethod
@@ -432,4 +497,5 @@ ALL_EVENTS: tuple[type, ...] = (
     DelegatedRevisionApplied, DelegationGrantChanged, TrackerClosed, HeadAdopted, LeaksRestored,
     ParkResumed, BatchSettled, BatchSuperseded, OffersRefused, TickRejected,
     ProjectionDriftRepaired, InitiativeRegistered, BatchAuthorized, BatchRetired,
+    CandidateBuilt, CandidateVerified, CandidateDiscarded, IntegrationFellBack,
 )

@@ -54,7 +54,8 @@ class Initiative(ChainedAggregate):
     def authorize(self, *, at: str, batch_id: str, plan_digest: str, base_head: str, branch: str,
                   budget: ev.Budget, max_parallel: int, children: list[ev.PlanChild], confirmation_ref: str,
                   final_verification: list[str] | None, delegate_revisions: bool, resumes: bool,
-                  repository: str | None = None) -> None:
+                  repository: str | None = None, integration: str | None = None,
+                  verify_workers: int | None = None, flake_reruns: int | None = None) -> None:
         if not children:
             raise TransitionRefused("batch plan has no enrollable children; nothing to confirm")
         previous = self.authorizations[-1].confirmation_time if self.authorizations else ""
@@ -64,7 +65,8 @@ class Initiative(ChainedAggregate):
             ev.BatchAuthorized, at=at, batch_id=batch_id, plan_digest=plan_digest, base_head=base_head,
             branch=branch, budget=budget, max_parallel=max_parallel, children=children, confirmation_time=at,
             confirmation_ref=confirmation_ref, final_verification=final_verification,
-            delegate_revisions=delegate_revisions, resumes=resumes, repository=repository,
+            delegate_revisions=delegate_revisions, resumes=resumes, repository=repository, integration=integration,
+            verify_workers=verify_workers, flake_reruns=flake_reruns or None,
         )
 
     def retire(self, *, at: str, batch_id: str) -> None:

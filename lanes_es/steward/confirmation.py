@@ -83,12 +83,14 @@ def confirmation_text(facts: dict[str, Any], *, with_delegation: bool = True) ->
 
 def confirm_on_terminal(service: LanesService, slug: str, max_parallel: int, yes: bool, out: Out,
                         ask: Callable[[str], str] | None, *, final_verification: list[str] | None = None,
-                        delegate_revisions: bool = False) -> Confirmation | None:
+                        delegate_revisions: bool = False, integration: str | None = None,
+                        verify_workers: int | None = None, flake_reruns: int | None = None) -> Confirmation | None:
     """Show the facts and record the answer; None when the current authorization is valid."""
     if not authorization_needed(service, slug):
         return None
     confirmation = service.confirmation(slug, max_parallel=max_parallel, final_verification=final_verification,
-                                        delegate_revisions=delegate_revisions)
+                                        delegate_revisions=delegate_revisions, integration=integration,
+                                        verify_workers=verify_workers, flake_reruns=flake_reruns)
     out(confirmation_text(confirmation.facts(), with_delegation=delegate_revisions))
     if not yes:
         if ask is None:

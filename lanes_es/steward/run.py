@@ -24,7 +24,8 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
                   live: bool | None = None, ask: Callable[[str], str] | None = None,
                   executor_env: Mapping[str, str] | None = None, final_verification: list[str] | None = None,
                   delegate_revisions: bool = False, json_lines: bool = False, wait: float = 0.0,
-                  leases: StewardLeases | None = None) -> int:
+                  leases: StewardLeases | None = None, integration: str | None = None,
+                  verify_workers: int | None = None, flake_reruns: int | None = None) -> int:
     """Run the Initiative's batch to the end; the exit code of `lanes-es run`.
 
     `out` receives every line. `live` draws a live board on the terminal (default: when `out`
@@ -67,7 +68,8 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
     try:
         lease.take(wait, waiting_for)
         confirm_on_terminal(service, slug, max_parallel, yes, note, ask,
-                            final_verification=final_verification, delegate_revisions=delegate_revisions)
+                            final_verification=final_verification, delegate_revisions=delegate_revisions,
+                            integration=integration, verify_workers=verify_workers, flake_reruns=flake_reruns)
         return autopilot.run()
     except ExecutorUnavailable as error:
         refuse("executor_unavailable", f"lanes-es run: {error}")

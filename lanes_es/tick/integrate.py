@@ -2,33 +2,60 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lanes_es.domain import events as ev
+from lanes_es.domain.candidates import SERIAL
 from lanes_es.domain.plan import compute_batch_plan_digest
 from lanes_es.domain.record import expected_batch_head
 from lanes_es.ports import IntegrationChild, IntegrationError, IntegrationRequest, Lineage, PortError
+from lanes_es.tick import rounds
 from lanes_es.tick.context import TickContext, TickFinished, is_lineage_break
 
 
 def integrate_committed(ctx: TickContext) -> None:
-    for child in list(ctx.live.children_in("lane_committed")):
-        task_id, lane = child["task_id"], child["lane"]
-        siblings = [IntegrationChild(task_id=c["task_id"], intent_path=ctx.intent_path_of(c["task_id"]),
-                                     commit=c["commit"])
-                    for c in ctx.live.children_in("integrated") if c["task_id"] != task_id]
-        request = IntegrationRequest(
-            root=ctx.tick.root, branch=ctx.record["branch"], batch_head=expected_batch_head(ctx.record),
-            lane_base=lane["base_head"], lane_commit=lane["lane_commit"],
-            child=IntegrationChild(task_id=task_id, intent_path=ctx.intent_path_of(task_id)), siblings=siblings)
+    """Serial (upstream's order, one candidate at a time), or a round of candidates (speculative, batched)."""
+    children = list(ctx.live.children_in("lane_committed"))
+    if children and (ctx.live.flake_reruns or (ctx.live.integration != SERIAL and len(children) > 1)):
+        rounds.integrate_round(ctx, children)
+        return
+    integrate_serially(ctx, children)
+
+
+def integrate_serially(ctx: TickContext, children: list[dict[str, Any]]) -> None:
+    for child in children:
+        task_id = child["task_id"]
         try:
-            commit = ctx.ports.lane_git.integrate(request)
+            commit = ctx.ports.lane_git.integrate(integration_request(ctx, child))
         except PortError as error:
             park_failed_integration(ctx, task_id, error)
             continue
-        ctx.live.integrate(ctx.now, task_id, commit)
-        ctx.persist()
-        ctx.lineage = Lineage(kind="equal", head=commit)  # our own fast-forward
-        ctx.scopes.clear()
-        reseal_delegated_revision(ctx, task_id)
+        record_integration(ctx, task_id, commit)
+
+
+def integration_request(ctx: TickContext, child: dict[str, Any], on: str | None = None,
+                        ahead: list[IntegrationChild] | None = None) -> IntegrationRequest:
+    """The guarded integration of `child` on the batch head (or on the candidate `on`, carrying `ahead`)."""
+    task_id, lane = child["task_id"], child["lane"]
+    siblings = [IntegrationChild(task_id=c["task_id"], intent_path=ctx.intent_path_of(c["task_id"]),
+                                 commit=c["commit"])
+                # Released siblings too (upstream drops them): the rerun set must not depend on when a
+                # steward removed a Lane.
+                for c in ctx.live.children_in("integrated", "released") if c["task_id"] != task_id]
+    known = {sibling.task_id for sibling in siblings}
+    siblings += [sibling for sibling in ahead or [] if sibling.task_id not in known]
+    return IntegrationRequest(
+        root=ctx.tick.root, branch=ctx.record["branch"], batch_head=on or expected_batch_head(ctx.record),
+        lane_base=lane["base_head"], lane_commit=lane["lane_commit"],
+        child=IntegrationChild(task_id=task_id, intent_path=ctx.intent_path_of(task_id)), siblings=siblings)
+
+
+def record_integration(ctx: TickContext, task_id: str, commit: str) -> None:
+    ctx.live.integrate(ctx.now, task_id, commit)
+    ctx.persist()
+    ctx.lineage = Lineage(kind="equal", head=commit)  # our own fast-forward
+    ctx.scopes.clear()
+    reseal_delegated_revision(ctx, task_id)
 
 
 def park_failed_integration(ctx: TickContext, task_id: str, error: PortError) -> None:

@@ -72,6 +72,8 @@ def start_new(ctx: TickContext) -> TickOutcome | None:
         budget=tick.authorization.budget, max_parallel=ctx.limit, children=tick.children,
         final_verification=tick.authorization.final_verification or None,
         revision_delegation=tick.confirmation_time if tick.revision_delegation else None,
+        integration=tick.authorization.integration, verify_workers=tick.authorization.verify_workers,
+        flake_reruns=tick.authorization.flake_reruns,
     )
     return None
 

@@ -144,10 +144,13 @@ def test_the_confirmation_takes_final_verification_and_delegation(repo, tmp_path
     assert [r["command"] for r in batch.report["final_verification"]["results"]] == ["git status"]
 
 
-def test_killed_after_the_first_integration_and_run_again_it_completes_the_same_batch(repo, tmp_path, executor_env):
+@pytest.mark.parametrize("mode", ["speculative", "serial", "batched"])
+def test_killed_after_the_first_integration_and_run_again_it_completes_the_same_batch(repo, tmp_path, executor_env,
+                                                                                       mode):
     lanes = tmp_path / "lanes"
     command = [sys.executable, "-m", "tools.cli", "--root", repo, "run", SLUG, "--max-parallel", "3",
-               "--lanes-dir", str(lanes), "--executor", " ".join(EXECUTOR), "--yes", "--poll", "0.05"]
+               "--lanes-dir", str(lanes), "--executor", " ".join(EXECUTOR), "--yes", "--poll", "0.05",
+               "--integration", mode]
     with open(tmp_path / "first-run.log", "w") as log:
         first = subprocess.Popen(command, cwd=PROJECT, env=executor_env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 40

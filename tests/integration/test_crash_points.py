@@ -41,6 +41,10 @@ TASKS = {
 }
 DELIVERIES = {task_id: (task.scope[0], f"{task_id}\n") for task_id, task in TASKS.items()}
 MAX_TICKS = 30
+# Every k for the default mode; for the others every SAMPLE-th k (with the last), to keep CI time in check.
+DEFAULT_MODE = "speculative"
+MODES = ("speculative", "serial", "batched")
+SAMPLE = 4
 
 
 class SimulatedCrash(BaseException):
@@ -107,16 +111,16 @@ def _with_kernel(ports: Any, plan: CrashPlan) -> Any:
     return replace(ports, kernel=CrashingKernel(ports.kernel, plan))
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The authorized repository every run copies (no Lane, no tick yet)."""
+@pytest.fixture(scope="module", params=MODES)
+def template(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The authorized repository every run copies (no Lane, no tick yet), in each integration mode."""
     from tools.compose import build_service
 
-    base = tmp_path_factory.mktemp("template")
+    base = tmp_path_factory.mktemp(f"template-{request.param}")
     intents = {t: intent_json(t, task.scope, verification=task.verification) for t, task in TASKS.items()}
     root = make_repo(base / "repo", intents=intents, files={f"docs/initiatives/{SLUG}.md": initiative_markdown(TASKS)})
     service = build_service(root, clock=SteppingClock())
-    service.authorize(service.confirmation(SLUG, max_parallel=3))
+    service.authorize(service.confirmation(SLUG, max_parallel=3, integration=request.param, verify_workers=2))
     service.store.close()
     return Path(root)
 
@@ -296,7 +300,7 @@ def check_crashes(template: str, crash_points: list[int], work: str, expected: d
             if (failure := check_crash(template, k, os.path.join(work, f"k{k}"), expected)) is not None]
 
 
-def test_a_crash_at_any_call_converges_to_the_same_end(template, reference, tmp_path):
+def test_a_crash_at_any_call_converges_to_the_same_end(template, reference, tmp_path, request):
     """Every k from 1 to the number of calls of the uninterrupted run; failures are listed together.
 
     The runs go to two fresh worker processes (the machine has two cores): each git spawn
@@ -307,6 +311,8 @@ def test_a_crash_at_any_call_converges_to_the_same_end(template, reference, tmp_
 
     calls, expected = reference
     points = list(range(1, calls + 1))
+    if request.node.callspec.params["template"] != DEFAULT_MODE:
+        points = sorted(set(points[::SAMPLE]) | {calls})
     chunks = [points[index::2] for index in range(2)]
     with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
         results = pool.map(check_crashes, [str(template)] * 2, chunks, [str(tmp_path)] * 2, [expected] * 2)

@@ -36,14 +36,14 @@ class RendezvousKernel(FakeKernel):
         return result
 
 
-def three_frozen(kernel: FakeKernel, max_parallel: int = 3) -> tuple[Harness, list[tuple[str, Any]]]:
+def three_frozen(kernel: FakeKernel, max_parallel: int = 3) -> Harness:
     harness = Harness(plan_children(*((task_id, []) for task_id in TASKS)), max_parallel=max_parallel, kernel=kernel)
     harness.batch_git.scopes = {task_id: [f"{task_id}.txt"] for task_id in TASKS}
     harness.tick()
     harness.tick([(task_id, harness.lane_git.add_lane(task_id)) for task_id in TASKS])
     assert harness.states() == ["enrolled"] * 3
     kernel.frozen |= set(TASKS)
-    return harness, []
+    return harness
 
 
 def tick_recording(harness: Harness) -> list[tuple[str, str]]:
@@ -63,7 +63,7 @@ def tick_recording(harness: Harness) -> list[tuple[str, str]]:
 
 def test_the_qa_of_three_lanes_runs_at_once_and_is_recorded_in_record_order():
     kernel = RendezvousKernel(parties=3)
-    harness, _ = three_frozen(kernel)
+    harness = three_frozen(kernel)
     events = tick_recording(harness)
     assert kernel.finished == ["task-c", "task-b", "task-a"]  # the QA finished in reverse order ...
     settled = [task_id for name, task_id in events if name == "Settled"]
@@ -73,9 +73,9 @@ def test_the_qa_of_three_lanes_runs_at_once_and_is_recorded_in_record_order():
 
 def test_the_log_of_a_tick_is_the_same_whatever_order_the_qa_finished_in():
     concurrent = RendezvousKernel(parties=3)
-    harness, _ = three_frozen(concurrent)
+    harness = three_frozen(concurrent)
     in_parallel = tick_recording(harness)
-    sequential, _ = three_frozen(FakeKernel())
+    sequential = three_frozen(FakeKernel())
     sequential.kernel.frozen |= set(TASKS)
     assert tick_recording(sequential) == in_parallel
 

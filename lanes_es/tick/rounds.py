@@ -1,0 +1,231 @@
+"""An integration round of several lane commits at once: `speculative` or `batched` (contracts §3.2 step 2b).
+
+The domain (`lanes_es.domain.candidates`) says which candidates to build and verify given the
+verdicts so far; this step builds them (each on its parent candidate), verifies them
+concurrently (every check on its own fresh tree, at most verify_workers at once), records
+each candidate, verdict and discard as an event, and lands the Lanes it decided in plan order,
+one fast-forward each, exactly as serial would have landed them: a Lane lands on the very
+candidate serial would have built, and a Lane that fails parks with serial's reason.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from lanes_es.domain import events as ev
+from lanes_es.domain.candidates import (
+    BATCHED, SERIAL, SPECULATIVE, Candidate, bisection_cap, schedule_batched, schedule_speculative,
+)
+from lanes_es.domain.record import expected_batch_head
+from lanes_es.ports import CandidateBuild, CandidateVerdict, IntegrationChild, IntegrationError, PortError
+from lanes_es.tick import integrate
+from lanes_es.tick.context import TickContext
+
+CHECK_FAILED = "batch_integration_check_failed"
+DISCARD_REASON = "a Lane it was built on did not pass; rebuilt on the nearest passing candidate"
+
+
+@dataclass
+class Round:
+    """What a round knows so far: its head, the built candidates, the verdicts, and what it recorded."""
+
+    ctx: TickContext
+    mode: str
+    children: dict[str, dict[str, Any]]
+    head: str
+    builds: dict[Candidate, CandidateBuild | None] = field(default_factory=dict)
+    failures: dict[Candidate, PortError] = field(default_factory=dict)
+    verdicts: dict[Candidate, bool] = field(default_factory=dict)
+    parents: dict[str, str] = field(default_factory=dict)  # lane -> parent of its newest candidate
+    landed: int = 0
+    verifications: int = 0
+    discarded: set[Candidate] = field(default_factory=set)
+
+    @property
+    def lanes(self) -> list[str]:
+        return list(self.children)
+
+    def workers(self) -> int:
+        return max(self.ctx.live.verify_workers or self.ctx.limit, 1)
+
+
+def integrate_round(ctx: TickContext, children: list[dict[str, Any]]) -> None:
+    state = Round(ctx=ctx, mode=ctx.live.integration, children={c["task_id"]: c for c in children},
+                  head=expected_batch_head(ctx.record))
+    if state.mode == BATCHED:
+        run_batched(state)
+    else:
+        # Serial under a flake policy: one candidate at a time, as serial, with its verdicts recorded.
+        run_speculative(state, 1 if state.mode == SERIAL else None)
+
+
+# ---------------------------------------------------------------- speculative
+
+
+def run_speculative(state: Round, width: int | None = None) -> None:
+    while True:
+        schedule = schedule_speculative(state.lanes, state.verdicts, width)
+        note_discards(state, schedule.discarded)
+        land_decided(state, schedule.decided)
+        if schedule.done:
+            return
+        verify(state, build_chain(state, schedule.to_verify))
+
+
+# ---------------------------------------------------------------- batched
+
+
+def run_batched(state: Round) -> None:
+    cap = bisection_cap(len(state.lanes))
+    while True:
+        step = schedule_batched(state.lanes, state.verdicts, state.verifications)
+        land_decided(state, step.decided)
+        if step.fall_back:
+            rest = [lane for lane in state.lanes if state.ctx.live.child(lane)["state"] == "lane_committed"]
+            state.ctx.live.note_fall_back(state.ctx.now, rest, state.verifications, cap)
+            state.ctx.persist()
+            integrate.integrate_serially(state.ctx, [state.ctx.live.child(lane) for lane in rest])
+            return
+        if step.verify is None:
+            return
+        top = step.verify
+        build_chain(state, [top[:length] for length in range(1, len(top) + 1) if top[:length] not in state.builds])
+        if state.builds.get(top) is None:
+            fail_unbuilt(state, top)
+            continue
+        # The Lanes under the top whose own candidates get no verdict of their own: covered by this one.
+        unverified = [lane for length, lane in enumerate(top[:-1], 1) if top[:length] not in state.verdicts]
+        bisection = any(verdict is False for verdict in state.verdicts.values())
+        verify(state, [top], bisection=bisection, unverified=unverified)
+
+
+def fail_unbuilt(state: Round, top: Candidate) -> None:
+    """A Lane of the chain did not apply: every longer prefix fails with it (it carries that Lane)."""
+    failure: PortError | None = None
+    for length in range(1, len(top) + 1):
+        prefix = top[:length]
+        if prefix in state.failures and failure is None:
+            failure = state.failures[prefix]
+        elif failure is not None and prefix not in state.verdicts:
+            state.verdicts[prefix], state.failures[prefix] = False, failure
+
+
+# ---------------------------------------------------------------- building, verifying, landing
+
+
+def build_chain(state: Round, candidates: list[Candidate]) -> list[Candidate]:
+    """Build each candidate on its parent (the round's head or the candidate before it); the ones built."""
+    ctx, built = state.ctx, []
+    for candidate in candidates:
+        parent = state.head if len(candidate) == 1 else _commit_of(state, candidate[:-1])
+        if parent is None:
+            continue  # its parent did not apply: the next schedule rebuilds it elsewhere
+        lane = candidate[-1]
+        reparented_from = state.parents.get(lane) if state.parents.get(lane) not in (None, parent) else None
+        state.parents[lane] = parent
+        child = state.children[lane]
+        ahead = [IntegrationChild(task_id=task_id, intent_path=ctx.intent_path_of(task_id),
+                                  commit=_commit_of(state, candidate[:index + 1]))
+                 for index, task_id in enumerate(candidate[:-1])]
+        try:
+            build = ctx.ports.lane_git.build_candidate(integrate.integration_request(ctx, child, parent, ahead))
+        except PortError as error:
+            state.builds[candidate], state.failures[candidate], state.verdicts[candidate] = None, error, False
+            ctx.live.note_candidate_built(ctx.now, state.mode, list(candidate), parent, None, reparented_from)
+            ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), None, False, str(error), [])
+            continue
+        state.builds[candidate] = build
+        ctx.live.note_candidate_built(ctx.now, state.mode, list(candidate), parent, build.commit, reparented_from)
+        built.append(candidate)
+    ctx.persist()
+    return built
+
+
+def verify(state: Round, candidates: list[Candidate], bisection: bool = False,
+           unverified: list[str] | None = None) -> None:
+    """Verify the candidates at once, every check bounded by the round's workers; record in chain order."""
+    if not candidates:
+        return
+    ctx = state.ctx
+    slots = threading.BoundedSemaphore(state.workers())
+
+    def run(candidate: Candidate) -> CandidateVerdict | PortError:
+        child = state.children[candidate[-1]]
+        ahead = [IntegrationChild(task_id=task_id, intent_path=ctx.intent_path_of(task_id),
+                                  commit=_commit_of(state, candidate[:index + 1]))
+                 for index, task_id in enumerate(candidate[:-1])]
+        request = integrate.integration_request(ctx, child, _parent_of(state, candidate), ahead)
+        try:
+            return ctx.ports.lane_git.verify_candidate(request, state.builds[candidate], slots,
+                                                       ctx.live.flake_reruns)
+        except PortError as error:
+            return error
+
+    state.verifications += len(candidates)
+    with ThreadPoolExecutor(max_workers=len(candidates), thread_name_prefix="lanes-es-candidate") as pool:
+        results = list(pool.map(run, candidates))
+    for candidate, result in zip(candidates, results):
+        commit = state.builds[candidate].commit  # type: ignore[union-attr]
+        if isinstance(result, PortError):
+            state.failures[candidate], state.verdicts[candidate] = result, False
+            ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), commit, False, str(result), [],
+                                             bisection)
+            continue
+        checks = [ev.CheckVerdict(task_id=check.task_id, passed=not check.findings, findings=list(check.findings),
+                                  attempts=check.attempts, flaky=list(check.flaky))
+                  for check in result.checks]
+        state.verdicts[candidate] = result.passed
+        if not result.passed:
+            state.failures[candidate] = IntegrationError(CHECK_FAILED, result.reason or "")
+        ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), commit, result.passed, result.reason,
+                                         checks, bisection, unverified or [])
+    ctx.persist()
+
+
+def land_decided(state: Round, decided: list[tuple[str, bool, Candidate]], verified_one_by_one: bool = True) -> None:
+    """Land (or park) the Lanes decided since the last call, in plan order, as serial would."""
+    ctx = state.ctx
+    for lane, passed, candidate in decided[state.landed:]:
+        state.landed += 1
+        if not passed:
+            integrate.park_failed_integration(ctx, lane, _failure_of(state, candidate))
+            continue
+        commit = _commit_of(state, candidate)
+        try:
+            landed = ctx.ports.lane_git.land_candidate(ctx.tick.root, ctx.record["branch"],
+                                                       expected_batch_head(ctx.record), commit or "")
+        except PortError as error:
+            integrate.park_failed_integration(ctx, lane, error)
+            continue
+        integrate.record_integration(ctx, lane, landed)
+
+
+def note_discards(state: Round, candidates: list[Candidate]) -> None:
+    fresh = [candidate for candidate in candidates if candidate not in state.discarded]
+    for candidate in fresh:
+        state.discarded.add(candidate)
+        build = state.builds.get(candidate)
+        state.ctx.live.note_candidate_discarded(state.ctx.now, state.mode, list(candidate),
+                                                build.commit if build else None, DISCARD_REASON)
+    if fresh:
+        state.ctx.persist()
+
+
+def _commit_of(state: Round, candidate: Candidate) -> str | None:
+    build = state.builds.get(candidate)
+    return build.commit if build is not None else None
+
+
+def _parent_of(state: Round, candidate: Candidate) -> str:
+    return state.head if len(candidate) == 1 else _commit_of(state, candidate[:-1]) or state.head
+
+
+def _failure_of(state: Round, candidate: Candidate) -> PortError:
+    return state.failures.get(candidate) or IntegrationError("batch_integration_conflict",
+                                                             f"candidate {candidate} did not pass")
+
+
+__all__ = ["integrate_round", "SPECULATIVE", "BATCHED"]

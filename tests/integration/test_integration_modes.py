@@ -1,0 +1,163 @@
+"""Integration modes on real git: speculative and batched rounds end where serial ends.
+
+A differential test over random batches: Lanes whose check fails once an earlier Lane's work
+is on the candidate, slow checks, and passing ones, all settled in one tick; each batch runs
+once per mode from the same repository state, and the outcome (which Lanes integrate, which
+park and why, the batch branch's tree) must be serial's.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lanes_es.domain import events as ev
+from tests.engine import Engine, Task
+from tests.gitfixtures import descriptor, fails_if_exists, run_git
+
+SHA = re.compile(r"\b[0-9a-f]{40}\b")
+RUN = re.compile(r"run-[0-9a-f-]{36}")
+
+
+def random_tasks(seed: int) -> dict[str, Task]:
+    rng = random.Random(seed)
+    count = rng.randint(3, 5)
+    tasks: dict[str, Task] = {}
+    for index in range(count):
+        task_id = f"t{index}"
+        roll = rng.random()
+        if index and roll < 0.35:
+            verification = fails_if_exists(f"t{rng.randrange(index)}.txt")  # fails once that Lane is under it
+        elif roll < 0.55:
+            verification = descriptor(["-c", "import time; time.sleep(0.3)"])  # a slow check
+        else:
+            verification = None
+        tasks[task_id] = Task([f"{task_id}.txt"], verification=verification)
+    return tasks
+
+
+def run_batch(tmp_path: Path, tasks: dict[str, Task], mode: str) -> tuple[Engine, dict[str, Any]]:
+    engine = Engine.create(tmp_path / mode, tasks)
+    engine.authorize(max_parallel=len(tasks), integration=mode, verify_workers=2)
+    report = engine.tick()
+    offers = {task_id: engine.provision(task_id, report) for task_id in tasks}
+    engine.tick(offers=offers)
+    for task_id in tasks:
+        engine.deliver(task_id, f"{task_id}.txt", f"{task_id}\n")
+    return engine, engine.tick()
+
+
+def outcome(engine: Engine) -> dict[str, Any]:
+    children = [(c["task_id"], c["state"], SHA.sub("<sha>", c["reason"] or "")) for c in engine.batch.record["children"]]
+    listed = run_git(engine.root, "ls-tree", "-r", "--name-only", f"imm/{engine.slug}").stdout.decode().split()
+    tree = sorted(RUN.sub("run-<id>", path) for path in listed)
+    return {"children": children, "tree": tree, "commits": len(engine.batch.record["commits"])}
+
+
+def events_of(engine: Engine, kind: type) -> list[Any]:
+    return [event for event in engine.service.store.events(engine.batch.id) if isinstance(event, kind)]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_speculative_and_batched_end_where_serial_ends(tmp_path: Path, seed: int):
+    tasks = random_tasks(seed)
+    expected = outcome(run_batch(tmp_path, tasks, "serial")[0])
+    for mode in ("speculative", "batched"):
+        engine, _ = run_batch(tmp_path, tasks, mode)
+        assert outcome(engine) == expected, mode
+
+
+def test_a_speculative_round_records_every_candidate_verdict_and_discard(tmp_path: Path):
+    tasks = {"t0": Task(["t0.txt"]), "t1": Task(["t1.txt"], verification=fails_if_exists("t0.txt")),
+             "t2": Task(["t2.txt"])}
+    engine, report = run_batch(tmp_path, tasks, "speculative")
+    assert [(c["task_id"], c["state"]) for c in report["children"]] == [
+        ("t0", "integrated"), ("t1", "needs_human"), ("t2", "integrated")]
+    built = [event.lanes for event in events_of(engine, ev.CandidateBuilt)]
+    assert built == [["t0"], ["t0", "t1"], ["t0", "t1", "t2"], ["t0", "t2"]]
+    verdicts = [(event.lanes, event.passed) for event in events_of(engine, ev.CandidateVerified)]
+    assert verdicts == [(["t0"], True), (["t0", "t1"], False), (["t0", "t1", "t2"], False), (["t0", "t2"], True)]
+    assert [event.lanes for event in events_of(engine, ev.CandidateDiscarded)] == [["t0", "t1", "t2"]]
+    rebuilt = events_of(engine, ev.CandidateBuilt)[-1]
+    assert rebuilt.reparented_from is not None and rebuilt.reparented_from != rebuilt.parent
+    assert engine.batch.integration == "speculative"
+    from lanes_es.audit.replay import replay
+    from projections.audit_html import render_audit_html
+
+    events = engine.service.store.events(engine.batch.id)
+    replayed = replay(events)
+    assert replayed.ok, replayed.failures
+    assert [step.event for step in replayed.steps].count("CandidateVerified") == 4
+    page = render_audit_html(engine.batch.id, events)
+    assert "speculative: 4 candidates verified, 2 failed" in page and "CandidateDiscarded" in page
+
+
+def test_a_batched_round_verifies_the_top_candidate_only_and_says_so(tmp_path: Path, capsys):
+    from tools.cli import main
+
+    tasks = {f"t{index}": Task([f"t{index}.txt"]) for index in range(3)}
+    engine, report = run_batch(tmp_path, tasks, "batched")
+    assert report["batch_state"] == "completed"
+    capsys.readouterr()
+    assert main(["--root", engine.root, "status", engine.slug]) == 0
+    assert "integration: batched, 2 verify workers" in capsys.readouterr().out
+    verified = events_of(engine, ev.CandidateVerified)
+    assert [(event.lanes, event.passed, event.unverified_intermediates) for event in verified] == [
+        (["t0", "t1", "t2"], True, ["t0", "t1"])]
+    assert {check.task_id for check in verified[0].checks} == {"t0", "t1", "t2"}  # every check of the batch
+
+
+@pytest.mark.parametrize("mode", ["serial", "speculative"])
+def test_a_released_sibling_is_rerun_too(tmp_path: Path, mode: str):
+    """A deliberate difference from upstream, which drops a sibling from the rerun set once its Lane
+    is released: whether a sibling's check reruns must not depend on when a steward removed a Lane."""
+    tasks = {"a": Task(["a.txt"], verification=fails_if_exists("b.txt")), "b": Task(["b.txt"])}
+    engine = Engine.create(tmp_path, tasks)
+    engine.authorize(max_parallel=2, integration=mode)
+    report = engine.tick()
+    engine.tick(offers={task_id: engine.provision(task_id, report) for task_id in tasks})
+    engine.deliver("a", "a.txt", "a\n")
+    engine.tick()
+    engine.release("a")
+    engine.tick()
+    assert engine.states() == ["released", "enrolled"]
+    engine.deliver("b", "b.txt", "b\n")
+    report = engine.tick()
+    assert engine.states() == ["released", "needs_human"]
+    assert report["children"][1]["reason"].startswith("batch_integration_check_failed: a:A1 failed on candidate")
+
+
+def flaky_once(counter: Path) -> str:
+    """Passes, then fails once, then passes: run 0 is the Lane's QA, run 1 the first candidate run."""
+    return descriptor(["-c", f"import os,sys; p={str(counter)!r}; n=int(open(p).read()) if os.path.exists(p) else 0; "
+                             f"open(p,'w').write(str(n+1)); sys.exit(1 if n == 1 else 0)"])
+
+
+@pytest.mark.parametrize("reruns", [0, 1])
+def test_the_flake_policy_reruns_a_check_from_before_the_lane_and_records_it(tmp_path: Path, reruns: int, capsys):
+    from tools.cli import main
+
+    tasks = {"t0": Task(["t0.txt"], verification=flaky_once(tmp_path / "counter"))}
+    engine = Engine.create(tmp_path, tasks)
+    engine.authorize(max_parallel=1, integration="serial", flake_reruns=reruns)
+    report = engine.tick()
+    engine.tick(offers={"t0": engine.provision("t0", report)})
+    engine.deliver("t0", "t0.txt", "t0\n")
+    report = engine.tick()
+    capsys.readouterr()
+    assert main(["--root", engine.root, "flakes", "--json"]) == 0
+    import json
+    listed = json.loads(capsys.readouterr().out)
+    if not reruns:
+        assert report["children"][0]["state"] == "needs_human"
+        assert listed == []
+        return
+    assert report["batch_state"] == "completed"
+    check, = events_of(engine, ev.CandidateVerified)[-1].checks
+    assert (check.task_id, check.passed, check.attempts, check.flaky) == ("t0", True, 2, ["t0:A1"])
+    assert [(row["check"], row["passed_on_rerun"], row["batches"]) for row in listed] == [
+        ("t0:A1", 1, [engine.batch.id])]
