@@ -72,7 +72,7 @@ def run_speculative(state: Round, width: int | None = None) -> None:
         land_decided(state, schedule.decided)
         if schedule.done:
             return
-        verify(state, build_chain(state, schedule.to_verify))
+        build_and_verify(state, schedule.to_verify)
 
 
 # ---------------------------------------------------------------- batched
@@ -118,85 +118,130 @@ def fail_unbuilt(state: Round, top: Candidate) -> None:
 
 def build_chain(state: Round, candidates: list[Candidate]) -> list[Candidate]:
     """Build each candidate on its parent (the round's head or the candidate before it); the ones built."""
-    ctx, built = state.ctx, []
-    for candidate in candidates:
-        parent = state.head if len(candidate) == 1 else _commit_of(state, candidate[:-1])
-        if parent is None:
-            continue  # its parent did not apply: the next schedule rebuilds it elsewhere
-        lane = candidate[-1]
-        reparented_from = state.parents.get(lane) if state.parents.get(lane) not in (None, parent) else None
-        state.parents[lane] = parent
-        child = state.children[lane]
-        ahead = [IntegrationChild(task_id=task_id, intent_path=ctx.intent_path_of(task_id),
-                                  commit=_commit_of(state, candidate[:index + 1]))
-                 for index, task_id in enumerate(candidate[:-1])]
-        try:
-            build = ctx.ports.lane_git.build_candidate(integrate.integration_request(ctx, child, parent, ahead))
-        except PortError as error:
-            state.builds[candidate], state.failures[candidate], state.verdicts[candidate] = None, error, False
-            ctx.live.note_candidate_built(ctx.now, state.mode, list(candidate), parent, None, reparented_from)
-            ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), None, False, str(error), [])
-            continue
-        state.builds[candidate] = build
-        ctx.live.note_candidate_built(ctx.now, state.mode, list(candidate), parent, build.commit, reparented_from)
-        built.append(candidate)
-    ctx.persist()
+    built = [candidate for candidate in candidates if build_one(state, candidate)]
+    state.ctx.persist()
     return built
+
+
+def build_one(state: Round, candidate: Candidate) -> bool:
+    """Build one candidate and record it; a Lane that does not apply fails its candidate at once."""
+    ctx = state.ctx
+    parent = state.head if len(candidate) == 1 else _commit_of(state, candidate[:-1])
+    if parent is None:
+        return False  # its parent did not apply: the next schedule rebuilds it elsewhere
+    lane = candidate[-1]
+    reparented_from = state.parents.get(lane) if state.parents.get(lane) not in (None, parent) else None
+    state.parents[lane] = parent
+    try:
+        build = ctx.ports.lane_git.build_candidate(_request(state, candidate, parent))
+    except PortError as error:
+        state.builds[candidate], state.failures[candidate], state.verdicts[candidate] = None, error, False
+        ctx.live.note_candidate_built(ctx.now, state.mode, list(candidate), parent, None, reparented_from)
+        ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), None, False, str(error), [])
+        return False
+    state.builds[candidate] = build
+    ctx.live.note_candidate_built(ctx.now, state.mode, list(candidate), parent, build.commit, reparented_from)
+    return True
+
+
+def _request(state: Round, candidate: Candidate, parent: str) -> Any:
+    """The integration of the candidate's last Lane on `parent`, the Lanes ahead of it as landed siblings."""
+    ctx = state.ctx
+    ahead = [IntegrationChild(task_id=task_id, intent_path=ctx.intent_path_of(task_id),
+                              commit=_commit_of(state, candidate[:index + 1]))
+             for index, task_id in enumerate(candidate[:-1])]
+    return integrate.integration_request(ctx, state.children[candidate[-1]], parent, ahead)
+
+
+def build_and_verify(state: Round, candidates: list[Candidate]) -> None:
+    """Each candidate's verification starts as soon as it is built, while the next ones are built."""
+    ctx = state.ctx
+    slots = threading.BoundedSemaphore(state.workers())
+    with ThreadPoolExecutor(max_workers=len(candidates), thread_name_prefix="lanes-es-candidate") as pool:
+        started = [(candidate, pool.submit(_verify_one, state, candidate, slots))
+                   for candidate in candidates if build_one(state, candidate)]
+        ctx.persist()
+        state.verifications += len(started)
+        results = [(candidate, future.result()) for candidate, future in started]
+    for candidate, result in results:
+        record_verdict(state, candidate, result)
+    ctx.persist()
+
+
+def _verify_one(state: Round, candidate: Candidate, slots: Any) -> CandidateVerdict | PortError:
+    ctx = state.ctx
+    try:
+        return ctx.ports.lane_git.verify_candidate(_request(state, candidate, _parent_of(state, candidate)),
+                                                   state.builds[candidate], slots, ctx.live.flake_reruns)
+    except PortError as error:
+        return error
 
 
 def verify(state: Round, candidates: list[Candidate], bisection: bool = False,
            unverified: list[str] | None = None) -> None:
-    """Verify the candidates at once, every check bounded by the round's workers; record in chain order."""
+    """Verify built candidates at once, every check bounded by the round's workers; record in chain order."""
     if not candidates:
         return
-    ctx = state.ctx
     slots = threading.BoundedSemaphore(state.workers())
-
-    def run(candidate: Candidate) -> CandidateVerdict | PortError:
-        child = state.children[candidate[-1]]
-        ahead = [IntegrationChild(task_id=task_id, intent_path=ctx.intent_path_of(task_id),
-                                  commit=_commit_of(state, candidate[:index + 1]))
-                 for index, task_id in enumerate(candidate[:-1])]
-        request = integrate.integration_request(ctx, child, _parent_of(state, candidate), ahead)
-        try:
-            return ctx.ports.lane_git.verify_candidate(request, state.builds[candidate], slots,
-                                                       ctx.live.flake_reruns)
-        except PortError as error:
-            return error
-
     state.verifications += len(candidates)
     with ThreadPoolExecutor(max_workers=len(candidates), thread_name_prefix="lanes-es-candidate") as pool:
-        results = list(pool.map(run, candidates))
+        results = list(pool.map(lambda candidate: _verify_one(state, candidate, slots), candidates))
     for candidate, result in zip(candidates, results):
-        commit = state.builds[candidate].commit  # type: ignore[union-attr]
-        if isinstance(result, PortError):
-            state.failures[candidate], state.verdicts[candidate] = result, False
-            ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), commit, False, str(result), [],
-                                             bisection)
-            continue
-        checks = [ev.CheckVerdict(task_id=check.task_id, passed=not check.findings, findings=list(check.findings),
-                                  attempts=check.attempts, flaky=list(check.flaky))
-                  for check in result.checks]
-        state.verdicts[candidate] = result.passed
-        if not result.passed:
-            state.failures[candidate] = IntegrationError(CHECK_FAILED, result.reason or "")
-        ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), commit, result.passed, result.reason,
-                                         checks, bisection, unverified or [])
-    ctx.persist()
+        record_verdict(state, candidate, result, bisection, unverified)
+    state.ctx.persist()
 
 
-def land_decided(state: Round, decided: list[tuple[str, bool, Candidate]], verified_one_by_one: bool = True) -> None:
-    """Land (or park) the Lanes decided since the last call, in plan order, as serial would."""
+def record_verdict(state: Round, candidate: Candidate, result: CandidateVerdict | PortError, bisection: bool = False,
+                   unverified: list[str] | None = None) -> None:
     ctx = state.ctx
-    for lane, passed, candidate in decided[state.landed:]:
-        state.landed += 1
+    commit = state.builds[candidate].commit  # type: ignore[union-attr]
+    if isinstance(result, PortError):
+        state.failures[candidate], state.verdicts[candidate] = result, False
+        ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), commit, False, str(result), [],
+                                         bisection)
+        return
+    checks = [ev.CheckVerdict(task_id=check.task_id, passed=not check.findings, findings=list(check.findings),
+                              attempts=check.attempts, flaky=list(check.flaky))
+              for check in result.checks]
+    state.verdicts[candidate] = result.passed
+    if not result.passed:
+        state.failures[candidate] = IntegrationError(CHECK_FAILED, result.reason or "")
+    ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), commit, result.passed, result.reason,
+                                     checks, bisection, unverified or [])
+
+
+def land_decided(state: Round, decided: list[tuple[str, bool, Candidate]]) -> None:
+    """Land (or park) the Lanes decided since the last call, in plan order, with serial's reasons.
+
+    Each passing candidate is built on the one before it, so one fast-forward to the last lands them
+    all; the log then records each Lane on its own candidate, as serial would. A crash in between is
+    found again on the branch by the next tick (adopt_missed_integrations)."""
+    ctx, fresh = state.ctx, decided[state.landed:]
+    state.landed = len(decided)
+    passing = [candidate for _, passed, candidate in fresh if passed]
+    if passing:
+        try:
+            ctx.ports.lane_git.land_candidate(ctx.tick.root, ctx.record["branch"], expected_batch_head(ctx.record),
+                                              _commit_of(state, passing[-1]) or "")
+        except PortError:
+            land_one_by_one(state, fresh)  # the same checks again, one Lane at a time, to park the right one
+            return
+    for lane, passed, candidate in fresh:
+        if passed:
+            integrate.record_integration(ctx, lane, _commit_of(state, candidate) or "")
+        else:
+            integrate.park_failed_integration(ctx, lane, _failure_of(state, candidate))
+
+
+def land_one_by_one(state: Round, decided: list[tuple[str, bool, Candidate]]) -> None:
+    ctx = state.ctx
+    for lane, passed, candidate in decided:
         if not passed:
             integrate.park_failed_integration(ctx, lane, _failure_of(state, candidate))
             continue
-        commit = _commit_of(state, candidate)
         try:
             landed = ctx.ports.lane_git.land_candidate(ctx.tick.root, ctx.record["branch"],
-                                                       expected_batch_head(ctx.record), commit or "")
+                                                       expected_batch_head(ctx.record), _commit_of(state, candidate) or "")
         except PortError as error:
             integrate.park_failed_integration(ctx, lane, error)
             continue
