@@ -204,6 +204,7 @@ def measure(mode: str, count: int, seconds: float, verify_workers: int | None, f
         "integration_seconds": round(probe.integration.seconds, 3),
         "integration_t": round(probe.integration.seconds / seconds, 2),
         "qa_check_runs": probe.qa.checks, "integration_check_runs": probe.integration.checks,
+        "qa_ticks": len(probe.qa.spans), "integration_ticks": len(probe.integration.spans),
         "git_spawns_per_integrated_lane": round(probe.integration.spawns / max(len(integrated), 1), 1),
         "integrated": len(integrated), "parked": parked, "total_seconds": round(total, 2),
     }
@@ -235,6 +236,7 @@ def run_integration_bench(counts: list[int], seconds: float, modes: list[str], v
                           f"integration {row['integration_seconds']:6.2f} s ({row['integration_t']:5.2f} T), "
                           f"check runs {row['qa_check_runs']} QA + {row['integration_check_runs']} integration, "
                           f"{row['git_spawns_per_integrated_lane']} git spawns per integrated Lane, "
+                          f"ticks with QA {row['qa_ticks']} / integration {row['integration_ticks']}, "
                           f"{row['integrated']} integrated, parked {[task for task, _ in row['parked']] or 'none'}",
                           flush=True)
     return 0
