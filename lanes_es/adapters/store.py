@@ -230,9 +230,31 @@ class EventStore:
         if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
             probe_postgres(url, env)
         try:
-            self.app = LanesApplication(env=env)
+            if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
+                with self._setup_lock():
+                    self.app = LanesApplication(env=env)
+            else:
+                self.app = LanesApplication(env=env)
         except Exception as error:  # a driver error names the path or host; keep it
             raise StoreError(f"cannot open the event store {url}: {error}") from error
+
+    @contextmanager
+    def _setup_lock(self) -> Iterator[None]:
+        """eventsourcing (re)creates its tables, types and insert function whenever a store opens; on
+        PostgreSQL two processes doing so at once fail ("tuple concurrently updated"), so coordinators
+        started together open the store one after another (a short advisory lock per schema)."""
+        import psycopg
+
+        env = store_env(self.url)
+        with psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
+                             password=env["POSTGRES_PASSWORD"] or None, dbname=env["POSTGRES_DBNAME"],
+                             autocommit=True) as connection:
+            key = _lock_key(env, "store-setup")
+            connection.execute("SELECT pg_advisory_lock(%s)", (key,))
+            try:
+                yield
+            finally:
+                connection.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
     def close(self) -> None:
         self.app.close()
@@ -345,8 +367,7 @@ class EventStore:
 
         env = store_env(self.url)
         # The key names the database and schema too: two stores on one server never share a lock.
-        scope = f"lanes-es:{env['POSTGRES_DBNAME']}:{env['POSTGRES_SCHEMA']}:{name}"
-        key = int.from_bytes(hashlib.sha256(scope.encode()).digest()[:8], "big", signed=True)
+        key = _lock_key(env, name)
         me = this_holder()
         with psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
                              password=env["POSTGRES_PASSWORD"] or None, dbname=env["POSTGRES_DBNAME"],
@@ -357,6 +378,12 @@ class EventStore:
                 yield
             finally:
                 connection.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def _lock_key(env: dict[str, str], name: str) -> int:
+    """An advisory lock key that names the database and schema too: two stores on one server never share one."""
+    scope = f"lanes-es:{env['POSTGRES_DBNAME']}:{env['POSTGRES_SCHEMA']}:{name}"
+    return int.from_bytes(hashlib.sha256(scope.encode()).digest()[:8], "big", signed=True)
 
 
 def is_postgres_url(url: str) -> bool:

@@ -168,3 +168,26 @@ def test_eight_processes_appending_at_once_leave_every_batch_gapless(store):
         reasons += [e.reason for e in store.events(batch_id) if isinstance(e, ev.TickRejected)]
     assert sorted(reasons) == sorted(f"writer {seed} append {n}" for seed in range(8) for n in range(12))
     assert sum(done for _, done, _ in outcomes) == 8 * 12
+
+
+def _open_at_once(url: str, start, results) -> None:
+    start.wait(300)
+    try:
+        EventStore(url).close()
+        results.put("opened")
+    except Exception as error:  # noqa: BLE001 - the test reports what went wrong
+        results.put(f"{type(error).__name__}: {error}")
+
+
+def test_eight_coordinators_opening_the_store_at_once_all_open_it(store):
+    """Opening (re)creates the tables and, on PostgreSQL, the insert function; eight at once must not
+    collide ("tuple concurrently updated" before opening took a setup lock)."""
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Barrier(8), context.Queue()
+    openers = [context.Process(target=_open_at_once, args=(store.url, start, results)) for _ in range(8)]
+    for opener in openers:
+        opener.start()
+    outcomes = [results.get(timeout=600) for _ in openers]
+    for opener in openers:
+        opener.join(30)
+    assert outcomes == ["opened"] * 8
