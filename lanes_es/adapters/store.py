@@ -248,7 +248,7 @@ class EventStore:
         env = store_env(self.url)
         with psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
                              password=env["POSTGRES_PASSWORD"] or None, dbname=env["POSTGRES_DBNAME"],
-                             autocommit=True) as connection:
+                             autocommit=True, connect_timeout=5) as connection:
             key = _lock_key(env, "store-setup")
             connection.execute("SELECT pg_advisory_lock(%s)", (key,))
             try:
