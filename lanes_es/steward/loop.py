@@ -226,13 +226,7 @@ class Autopilot:
 
     def wait_for_an_exit(self, report: dict[str, Any]) -> None:
         while True:
-            finished = self.executors.reap()
-            if finished:
-                for done in finished:
-                    self.tell("executor_exited", f"executor: {done.task_id} exited with {done.exit_code} after "
-                                                 f"{done.seconds:.1f}s (log {done.log})",
-                              task_id=done.task_id, exit_code=done.exit_code, seconds=round(done.seconds, 3),
-                              log=str(done.log))
+            if self.tell_exits(self.executors.reap()):
                 return
             self.show()
             self.sleep(self.poll)
@@ -243,8 +237,16 @@ class Autopilot:
             self.tell("waiting_for_executors", f"waiting for the running Executors to exit: {names}",
                       task_ids=sorted(self.executors.running))
         while self.executors.running:
-            self.executors.reap()
+            self.tell_exits(self.executors.reap())  # an Executor may exit after the batch settled: still told
             self.sleep(self.poll)
+
+    def tell_exits(self, finished: list[Any]) -> bool:
+        for done in finished:
+            self.tell("executor_exited", f"executor: {done.task_id} exited with {done.exit_code} after "
+                                         f"{done.seconds:.1f}s (log {done.log})",
+                      task_id=done.task_id, exit_code=done.exit_code, seconds=round(done.seconds, 3),
+                      log=str(done.log))
+        return bool(finished)
 
     # ------------------------------------------------------------ what it tells
 
