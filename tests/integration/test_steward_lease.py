@@ -8,15 +8,12 @@ from this host), and one that dies elsewhere passes it on when it expires.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -25,35 +22,7 @@ from tests.integration.test_autopilot import (
     EXECUTOR, PROJECT, SLUG, TASKS, assert_completed_as_planned, executor_env, repo, service_of,  # noqa: F401
 )
 
-POSTGRES_SERVER = os.environ.get("LANES_ES_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 SCOPE = f"steward:{SLUG}"
-
-
-def _postgres(statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=test", autocommit=True) as connection:
-        connection.execute(statement)
-
-
-@pytest.fixture(params=("sqlite", "postgresql"))
-def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-              monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The store a test runs on, set as LANES_ES_STORE for it and every `lanes-es` it starts: a fresh SQLite
-    file, or a fresh PostgreSQL schema dropped after the test."""
-    if request.param == "sqlite":
-        url = str(tmp_path_factory.mktemp("store") / "events.sqlite")
-        monkeypatch.setenv("LANES_ES_STORE", url)
-        yield url
-        return
-    schema = f"lease_{uuid.uuid4().hex[:12]}"
-    _postgres(f"CREATE SCHEMA {schema}")
-    url = f"{POSTGRES_SERVER}?schema={schema}"
-    monkeypatch.setenv("LANES_ES_STORE", url)
-    try:
-        yield url
-    finally:
-        _postgres(f"DROP SCHEMA {schema} CASCADE")
 
 
 def holder_as(host: str, pid: int) -> LeaseHolder:
