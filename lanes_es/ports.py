@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from lanes_es.domain.events import VerificationResult
+from lanes_es.domain.events import CommandDigest, VerificationResult
 
 # ---------------------------------------------------------------- values
 
@@ -84,6 +84,7 @@ class AdvanceResult(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     environment_failure: bool = False
     recovery_category: str | None = None
+    qa_outputs: list[CommandDigest] = []  # the QA run of this advance, item by item (none ran: empty)
 
 
 class Tombstone(msgspec.Struct, frozen=True, kw_only=True):
@@ -121,6 +122,7 @@ class CandidateCheck(msgspec.Struct, frozen=True, kw_only=True):
     findings: list[str]  # failed finding ids, empty when the task's acceptance passed
     attempts: int = 1
     flaky: list[str] = []  # finding ids that failed, then passed on a rerun
+    outputs: list[CommandDigest] = []  # each item's command output digest (the last attempt)
 
 
 class CandidateVerdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -221,8 +223,9 @@ class LaneGit(Protocol):
     def land_candidate(self, root: str, branch: str, expected_head: str, commit: str) -> str:
         """The branch's lineage checked as integrate checks it, then a fast-forward to `commit`."""
 
-    def integrate(self, request: IntegrationRequest) -> str:
-        """contracts §6.6: the new batch head; raises IntegrationError (branch unmoved)."""
+    def integrate(self, request: IntegrationRequest, checks: list[CandidateCheck] | None = None) -> str:
+        """contracts §6.6: the new batch head; raises IntegrationError (branch unmoved). `checks`, when given,
+        receives each task's rerun on the candidate (findings and output digests) for the log."""
 
     def find_integrated(self, root: str, task_id: str, batch_id: str, from_head: str, lane_base: str,
                         lane_commit: str) -> str | None:

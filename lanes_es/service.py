@@ -63,7 +63,7 @@ class Adapters(Protocol):
     def read_initiative(self, root: str, slug: str) -> dict[str, Any]:
         """The Initiative's observation (the Local carrier)."""
 
-    def anchor_log(self, root: str, batch_id: str, version: int, read_rows: Callable[[], Any]) -> Any:
+    def anchor_log(self, root: str, batch_id: str, version: int, read_rows: Callable[[int], Any]) -> Any:
         """Bring the batch's signed checkpoint in git up to `version` (lanes_es/audit/anchor.py)."""
 
 
@@ -424,7 +424,7 @@ class LanesService:
             return None
         began = time.perf_counter()
         try:
-            anchor(self.root, batch.id, batch.version, lambda: self.store.stored_events(batch.id))
+            anchor(self.root, batch.id, batch.version, lambda after: self.store.stored_events(batch.id, after))
         except (AnchorRefused, KeyError_, PortError) as error:
             return str(error)
         finally:

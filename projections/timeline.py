@@ -27,12 +27,17 @@ class TimelineRow(msgspec.Struct, frozen=True, kw_only=True):
     digest: str
 
 
+# The output digests a QA or guard verdict carries (absent from older logs): shown only when recorded.
+_SHOWN_WHEN_RECORDED = frozenset({(ev.Settled, "qa_outputs"), (ev.QaFailureCounted, "qa_outputs"),
+                                  (ev.ReviewOpened, "qa_outputs"), (ev.Integrated, "checks")})
+
+
 def facts_of(event: Any) -> dict[str, Any]:
     """What the event says beyond its envelope, as plain JSON values in field order."""
     facts: dict[str, Any] = {}
     for name in event.__struct_fields__:
         value = getattr(event, name)
-        if name in _ENVELOPE or value is msgspec.UNSET:
+        if name in _ENVELOPE or value is msgspec.UNSET or (value == [] and (type(event), name) in _SHOWN_WHEN_RECORDED):
             continue
         facts[name] = msgspec.to_builtins(value)
     return facts

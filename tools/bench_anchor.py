@@ -56,14 +56,14 @@ def measure(size: int, repeat: int, workdir: Path) -> dict[str, Any]:
         service.store.save(batch)
         STATS.reset()
         started = time.perf_counter()
-        anchor_log(anchor, str(repo), batch_id, batch.version, lambda: service.store.stored_events(batch_id),
+        anchor_log(anchor, str(repo), batch_id, batch.version, lambda after: service.store.stored_events(batch_id, after),
                    lambda: load_signer(common))
         seconds.append(time.perf_counter() - started)
         spawns.append(STATS.spawns)
         in_git.append(STATS.seconds)
     STATS.reset()
     started = time.perf_counter()
-    quiet = anchor_log(anchor, str(repo), batch_id, batch.version, lambda: service.store.stored_events(batch_id),
+    quiet = anchor_log(anchor, str(repo), batch_id, batch.version, lambda after: service.store.stored_events(batch_id, after),
                        lambda: load_signer(common))
     quiet_seconds, quiet_spawns = time.perf_counter() - started, STATS.spawns
     assert quiet is None

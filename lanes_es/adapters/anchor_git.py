@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from lanes_es.audit.anchor import AnchorRefused, checkpoint_ref
+import msgspec
+
+from lanes_es.audit.anchor import AnchorRefused, AnchorState, checkpoint_ref
 from lanes_es.audit.attestation import CHECKPOINT_PATH
 
 from .files import write_atomic
@@ -83,23 +85,34 @@ class GitAnchor:
             raise AnchorRefused(f"the checkpoint ref {ref} moved while this tick wrote it, or git refused the "
                                 f"write ({result.error_text or 'no message'}); the next tick writes it again")
 
-    # ------------------------------------------------------------ the size last anchored
+    # ------------------------------------------------------------ the log last anchored
 
     def _marker(self, batch_id: str) -> Path | None:
         return self._state_dir / f"anchored-{batch_id}" if self._state_dir else None
 
-    def anchored_size(self, batch_id: str) -> int | None:
+    def anchor_state(self, batch_id: str) -> AnchorState | None:
+        """The state kept by `save_anchor_state`; a marker of an older version holds only the size."""
         marker = self._marker(batch_id)
         try:
-            return int(marker.read_text()) if marker else None
-        except (OSError, ValueError):
+            data = marker.read_bytes() if marker else None
+        except OSError:
             return None
+        if data is None:
+            return None
+        try:
+            return msgspec.json.decode(data, type=AnchorState)
+        except msgspec.DecodeError:
+            pass
+        try:
+            return AnchorState(size=int(data))
+        except ValueError:
+            return None  # unreadable: the next checkpoint reads the log whole and writes it again
 
-    def mark_anchored(self, batch_id: str, size: int) -> None:
+    def save_anchor_state(self, batch_id: str, state: AnchorState) -> None:
         marker = self._marker(batch_id)
         if marker is not None:
             marker.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(marker, f"{size}\n".encode(), marker.parent, mode=0o644)
+            write_atomic(marker, msgspec.json.encode(state) + b"\n", marker.parent, mode=0o644)
 
 
 def _description_names(requests: Sequence[tuple[str, str | None]]) -> list[str]:

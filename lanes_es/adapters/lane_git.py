@@ -288,17 +288,17 @@ class GitLanes:
 
     # ------------------------------------------------------------ guarded integration
 
-    def integrate(self, request: IntegrationRequest) -> str:
+    def integrate(self, request: IntegrationRequest, checks: list[CandidateCheck] | None = None) -> str:
         """contracts §6.6: verify, build the candidate, rerun the descriptors, fast-forward.
 
-        Returns the new batch head. Every refusal raises IntegrationError before the merge,
+        Returns the new batch head; `checks` receives each task's rerun (for the log). Every refusal raises IntegrationError before the merge,
         so the branch, index, worktree and refs stay where they were (candidate objects are
         unreferenced). A git failure that is not a refusal is reported as upstream's driver
         files a plain error: as a conflict.
         """
         try:
             candidate, landed_since_base = self._prepare_candidate(request)
-            self._rerun_descriptors(request, candidate, landed_since_base)
+            self._rerun_descriptors(request, candidate, landed_since_base, checks)
             return self._fast_forward(request.root, candidate)
         except IntegrationError:
             raise
@@ -398,13 +398,17 @@ class GitLanes:
             cls._merge_tree_has_merge_base = b"--merge-base" in usage.stdout + usage.stderr
         return cls._merge_tree_has_merge_base
 
-    def _rerun_descriptors(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str]) -> None:
+    def _rerun_descriptors(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str],
+                           checks: list[CandidateCheck] | None = None) -> None:
         """contracts §9.7: the acceptance of the child and of each integrated sibling whose commit
-        landed after this Lane's base, run on the candidate tree."""
+        landed after this Lane's base, run on the candidate tree (each task's result into `checks`)."""
         tree, _, intents = self._rerun_set(request, candidate, landed_since_base)
         failed: list[str] = []
         for task_id, intent in intents:
-            failed.extend(_run_on_fresh_tree(tree, task_id, intent))
+            findings, outputs = _run_on_fresh_tree(tree, task_id, intent)
+            failed.extend(findings)
+            if checks is not None:
+                checks.append(CandidateCheck(task_id=task_id, findings=findings, outputs=outputs))
         if failed:
             raise IntegrationError(CHECK_FAILED, check_failure_reason(failed, candidate))
 
@@ -450,14 +454,14 @@ class GitLanes:
 
         def run(task_id: str, intent: dict[str, Any]) -> CandidateCheck:
             with slots:
-                failed = _run_on_fresh_tree(tree, task_id, intent)
+                failed, outputs = _run_on_fresh_tree(tree, task_id, intent)
             attempts, first = 1, failed
             while failed and attempts <= flake_reruns and rerunnable(first, task_id, at_base.get(task_id), intent):
                 with slots:
-                    failed = _run_on_fresh_tree(tree, task_id, intent)
+                    failed, outputs = _run_on_fresh_tree(tree, task_id, intent)
                 attempts += 1
             return CandidateCheck(task_id=task_id, findings=failed, attempts=attempts,
-                                  flaky=first if first and not failed else [])
+                                  flaky=first if first and not failed else [], outputs=outputs)
 
         with ThreadPoolExecutor(max_workers=len(intents), thread_name_prefix="lanes-es-check") as pool:
             futures = [pool.submit(run, task_id, intent) for task_id, intent in intents]
@@ -702,26 +706,27 @@ def _require_valid_descriptors(intents: Iterable[tuple[str, dict[str, Any]]]) ->
         raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: no descriptor to rerun")
 
 
-def _run_on_fresh_tree(tree: CandidateTree, task_id: str, intent: dict[str, Any]) -> list[str]:
+def _run_on_fresh_tree(tree: CandidateTree, task_id: str, intent: dict[str, Any]) -> tuple[list[str], list[Any]]:
     """Run one task's acceptance on its own copy of the candidate (a run may write into its tree).
 
-    Returns the failed finding ids; a rerun that cannot complete is a check failure, never a pass.
+    Returns the failed finding ids and each item's output digest (for the audit log); a rerun that
+    cannot complete is a check failure, never a pass.
     """
-    from lanes_es.adapters.qa import run_acceptance  # the kernel's deterministic QA
+    from lanes_es.adapters.qa import run_acceptance_with_outputs  # the kernel's deterministic QA
 
     try:
         with tempfile.TemporaryDirectory(prefix="lanes-es-candidate-", ignore_cleanup_errors=True) as directory:
             tree.write_to(directory)
-            verdict = run_acceptance(directory, task_id, intent, tree.input_digests())
+            verdict, outputs = run_acceptance_with_outputs(directory, task_id, intent, tree.input_digests())
     except IntegrationError:
         raise
     except Exception as error:
         raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: the descriptor rerun could not complete: "
                                f"{error}") from None
     if verdict.decision == "pass":
-        return []
+        return [], outputs
     ids = [_finding_id(task_id, finding) for finding in verdict.findings]
-    return ids or [f"{task_id}:a descriptor"]
+    return ids or [f"{task_id}:a descriptor"], outputs
 
 
 def _finding_id(task_id: str, finding: Any) -> str:

@@ -28,6 +28,7 @@ import msgspec
 
 from lanes_es.adapters.git import git
 from lanes_es.domain.descriptor import CommandSpec, parse_verification_descriptor
+from lanes_es.domain.events import CommandDigest
 from lanes_es.adapters.processes import kill_group
 
 VERDICT_CONTRACT = "assurance_kernel/assurance_verdict/v2"
@@ -76,10 +77,20 @@ def run_acceptance(tree_dir: str, task_id: str, intent: dict[str, Any],
 
     `inputs`, when the caller wrote the tree and so knows it, is what `_protected_inputs` would read
     before the first group (path -> digest): the tree is then hashed once, after the checks, not twice."""
+    return run_acceptance_with_outputs(tree_dir, task_id, intent, inputs)[0]
+
+
+def run_acceptance_with_outputs(tree_dir: str, task_id: str, intent: dict[str, Any],
+                                inputs: dict[str, str] | None = None) -> tuple[Verdict, list[CommandDigest]]:
+    """`run_acceptance`, with each item's command output digest (in item order) for the audit log.
+
+    The digests are kept beside the verdict, not in it: the verdict is upstream's
+    `assurance_verdict/v2` document, which has no place for them."""
     items = intent.get("acceptance") if isinstance(intent, dict) else None
     if not isinstance(items, list) or not items:
-        return Verdict(decision="rework", findings=[Finding(id=f"{task_id}:*", reason="no acceptance item to check")])
+        return Verdict(decision="rework", findings=[Finding(id=f"{task_id}:*", reason="no acceptance item to check")]), []
     failures: dict[str, str] = {}
+    outputs: dict[str, Output] = {}
     checks: list[Check] = []
     order: list[str] = []
     for item in items:
@@ -90,9 +101,13 @@ def run_acceptance(tree_dir: str, task_id: str, intent: dict[str, Any],
         except ValueError as error:  # InvalidDescriptor, or an item without a verification: a failure
             failures[finding_id] = str(error)
     for index, group in enumerate(_groups(checks)):
-        failures.update(_run_group(os.path.realpath(tree_dir), group, inputs if index == 0 else None))
+        failures.update(_run_group(os.path.realpath(tree_dir), group, inputs if index == 0 else None, outputs))
     findings = [Finding(id=finding_id, reason=failures[finding_id]) for finding_id in order if finding_id in failures]
-    return Verdict(decision="rework" if findings else "pass", findings=findings)
+    digests = [CommandDigest(id=finding_id, passed=finding_id not in failures,
+                             output_sha256=outputs[finding_id].sha256 if finding_id in outputs else None,
+                             output_bytes=outputs[finding_id].size if finding_id in outputs else 0)
+               for finding_id in order]
+    return Verdict(decision="rework" if findings else "pass", findings=findings), digests
 
 
 def run_acceptance_on_worktree(worktree: str, task_id: str, intent: dict[str, Any]) -> Verdict:
@@ -101,8 +116,13 @@ def run_acceptance_on_worktree(worktree: str, task_id: str, intent: dict[str, An
     A copy, as upstream's temporary clone: the commands cannot dirty the Lane (build output
     would otherwise leak into the lane commit) nor alter the work they judge.
     """
+    return run_acceptance_on_worktree_with_outputs(worktree, task_id, intent)[0]
+
+
+def run_acceptance_on_worktree_with_outputs(worktree: str, task_id: str, intent: dict[str, Any]
+                                            ) -> tuple[Verdict, list[CommandDigest]]:
     with materialized_worktree(worktree) as copy:
-        return run_acceptance(copy, task_id, intent)
+        return run_acceptance_with_outputs(copy, task_id, intent)
 
 
 @contextmanager
@@ -147,7 +167,8 @@ def _groups(checks: list[Check]) -> list[list[Check]]:
 # ---------------------------------------------------------------- running
 
 
-def _run_group(tree: str, group: list[Check], inputs: dict[str, str] | None = None) -> dict[str, str]:
+def _run_group(tree: str, group: list[Check], inputs: dict[str, str] | None = None,
+               outputs: dict[str, Output] | None = None) -> dict[str, str]:
     """Failures of one environment group: prepare first (its failure fails the whole group), then each check;
     afterwards the protected inputs (every file the tree held outside the group's writable paths) must be
     as they were, the `./` executables among them."""
@@ -162,7 +183,10 @@ def _run_group(tree: str, group: list[Check], inputs: dict[str, str] | None = No
                 return {check.id: f"environment prepare failed: {reason}" for check in group}
         failures = {}
         for check in group:
-            reason = run_command(tree, check.command, env)
+            output = Output()
+            reason = run_command(tree, check.command, env, output)
+            if outputs is not None and output.started:
+                outputs[check.id] = output
             if reason is not None:
                 failures[check.id] = reason
     changed = _changed(before, _protected_inputs(tree, writable))
@@ -238,8 +262,29 @@ def _sandbox_env() -> Iterator[dict[str, str]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def run_command(tree: str, command: CommandSpec, env: dict[str, str]) -> str | None:
-    """Run one descriptor command in `tree`; None when it passed, else the reason it failed."""
+class Output:
+    """What a command wrote: the sha256 and length of its output, stdout and stderr as the one stream
+    the runner reads (stderr is joined to stdout), up to where the run stopped (exit, timeout, limit)."""
+
+    def __init__(self) -> None:
+        import hashlib
+
+        self._digest = hashlib.sha256()
+        self.size = 0
+        self.started = False
+
+    def add(self, chunk: bytes) -> None:
+        self._digest.update(chunk)
+        self.size += len(chunk)
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
+
+
+def run_command(tree: str, command: CommandSpec, env: dict[str, str], output: Output | None = None) -> str | None:
+    """Run one descriptor command in `tree`; None when it passed, else the reason it failed.
+    `output`, when given, receives the digest of what the command wrote (`started` once it ran)."""
     cwd = _inside(tree, command.cwd)
     if cwd is None or not os.path.isdir(cwd):
         return f"cwd {command.cwd} is not a directory inside the tree"
@@ -252,7 +297,9 @@ def run_command(tree: str, command: CommandSpec, env: dict[str, str]) -> str | N
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as error:
         return f"{command.executable} could not start: {error.strerror or error}"
-    return _supervise(process, command)
+    output = output if output is not None else Output()
+    output.started = True
+    return _supervise(process, command, output)
 
 
 def resolve_executable(tree: str, executable: str, path: str) -> str:
@@ -286,7 +333,7 @@ def _inside(tree: str, relative: str) -> str | None:
     return resolved
 
 
-def _supervise(process: subprocess.Popen[bytes], command: CommandSpec) -> str | None:
+def _supervise(process: subprocess.Popen[bytes], command: CommandSpec, output: Output) -> str | None:
     """Read the combined output until EOF; kill the process group on timeout or too much output."""
     deadline = time.monotonic() + command.timeout_ms / 1000
     total = 0
@@ -308,6 +355,7 @@ def _supervise(process: subprocess.Popen[bytes], command: CommandSpec) -> str | 
                 if not chunk:
                     break
                 total += len(chunk)
+                output.add(chunk)
                 tail = (tail + chunk)[-OUTPUT_TAIL_BYTES:]
                 if total > command.max_output_bytes:
                     return f"output exceeded {command.max_output_bytes} bytes"

@@ -305,9 +305,9 @@ class EventStore:
         """The events of one aggregate after `version`, oldest first (what a follower has not seen)."""
         return list(self.app.repository.event_store.get(aggregate_id, gt=version))
 
-    def stored_events(self, aggregate_id: str) -> list[StoredEvent]:
-        """The raw stored records, for verification that must not trust decoding alone."""
-        return list(self.app.recorder.select_events(aggregate_id))
+    def stored_events(self, aggregate_id: str, after: int = 0) -> list[StoredEvent]:
+        """The raw stored records (after version `after`), for verification that must not trust decoding alone."""
+        return list(self.app.recorder.select_events(aggregate_id, gt=after or None))
 
     def initiative_slugs(self) -> list[str]:
         topic = get_topic(ev.InitiativeRegistered)

@@ -46,34 +46,102 @@ def _split(size: int) -> int:
     return 1 << ((size - 1).bit_length() - 1)
 
 
+class Tree:
+    """The tree over `leaves` (leaf hashes) with every subtree root it computes kept, so that many proofs
+    over one log (verify checks each checkpoint of a ref against the newest) hash each subtree once."""
+
+    def __init__(self, leaves: Sequence[bytes]) -> None:
+        self.leaves = leaves
+        self._roots: dict[tuple[int, int], bytes] = {}
+
+    def root(self, start: int = 0, end: int | None = None) -> bytes:
+        """MTH(leaves[start:end])."""
+        end = len(self.leaves) if end is None else end
+        if end - start <= 1:
+            return self.leaves[start] if end > start else EMPTY_ROOT
+        found = self._roots.get((start, end))
+        if found is None:
+            middle = start + _split(end - start)
+            found = self._roots[(start, end)] = node_hash(self.root(start, middle), self.root(middle, end))
+        return found
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """PATH(index, leaves[:size]): the sibling hashes from the leaf up, RFC 9162 §2.1.3.1."""
+        size = len(self.leaves) if size is None else size
+        if not 0 <= index < size <= len(self.leaves):
+            raise ValueError(f"leaf {index} is not in a tree of size {size}")
+        return self._path(index, 0, size)
+
+    def _path(self, index: int, start: int, end: int) -> list[bytes]:
+        if end - start == 1:
+            return []
+        middle = start + _split(end - start)
+        if index < middle:
+            return self._path(index, start, middle) + [self.root(middle, end)]
+        return self._path(index, middle, end) + [self.root(start, middle)]
+
+    def consistency_proof(self, old_size: int, size: int | None = None) -> list[bytes]:
+        """PROOF(old_size, leaves[:size]), RFC 9162 §2.1.4.1; empty when old_size is 0 or the whole tree."""
+        size = len(self.leaves) if size is None else size
+        if not 0 <= old_size <= size <= len(self.leaves):
+            raise ValueError(f"size {old_size} is not a prefix of a tree of size {size}")
+        if old_size in (0, size):
+            return []
+        return self._subproof(old_size, 0, size, True)
+
+    def _subproof(self, old_end: int, start: int, end: int, whole: bool) -> list[bytes]:
+        if old_end == end:
+            return [] if whole else [self.root(start, end)]
+        middle = start + _split(end - start)
+        if old_end <= middle:
+            return self._subproof(old_end, start, middle, whole) + [self.root(middle, end)]
+        return self._subproof(old_end, middle, end, False) + [self.root(start, middle)]
+
+
 def inclusion_proof(index: int, leaves: Sequence[bytes]) -> list[bytes]:
     """PATH(index, leaves): the sibling hashes from the leaf up, RFC 9162 §2.1.3.1."""
-    if not 0 <= index < len(leaves):
-        raise ValueError(f"leaf {index} is not in a tree of size {len(leaves)}")
-    if len(leaves) == 1:
-        return []
-    k = _split(len(leaves))
-    if index < k:
-        return inclusion_proof(index, leaves[:k]) + [root_of(leaves[k:])]
-    return inclusion_proof(index - k, leaves[k:]) + [root_of(leaves[:k])]
+    return Tree(leaves).inclusion_proof(index)
 
 
 def consistency_proof(old_size: int, leaves: Sequence[bytes]) -> list[bytes]:
     """PROOF(old_size, leaves), RFC 9162 §2.1.4.1; empty when old_size is 0 or the whole tree."""
-    if not 0 <= old_size <= len(leaves):
-        raise ValueError(f"size {old_size} is not a prefix of a tree of size {len(leaves)}")
-    if old_size in (0, len(leaves)):
-        return []
-    return _subproof(old_size, leaves, True)
+    return Tree(leaves).consistency_proof(old_size)
 
 
-def _subproof(size: int, leaves: Sequence[bytes], whole: bool) -> list[bytes]:
-    if size == len(leaves):
-        return [] if whole else [root_of(leaves)]
-    k = _split(len(leaves))
-    if size <= k:
-        return _subproof(size, leaves[:k], whole) + [root_of(leaves[k:])]
-    return _subproof(size - k, leaves[k:], False) + [root_of(leaves[:k])]
+class CompactRange:
+    """The right edge of the tree over the first `size` leaves: the roots of its perfect subtrees, largest
+    first (one per set bit of `size`). Enough to append leaves and to give the root, so a checkpoint
+    hashes only the events appended since the last one: O(new events + log size) per append."""
+
+    def __init__(self, size: int = 0, hashes: Sequence[bytes] = ()) -> None:
+        if len(hashes) != bin(size).count("1"):
+            raise ValueError(f"a compact range of {size} leaves has {bin(size).count('1')} hashes, not {len(hashes)}")
+        self.size = size
+        self.hashes = list(hashes)
+
+    @classmethod
+    def of(cls, leaves: Sequence[bytes]) -> "CompactRange":
+        edge = cls()
+        for leaf in leaves:
+            edge.append(leaf)
+        return edge
+
+    def append(self, leaf: bytes) -> None:
+        merged, size = leaf, self.size
+        while size & 1:  # a full subtree of the same height on the left: they pair up, as a binary carry
+            merged = node_hash(self.hashes.pop(), merged)
+            size >>= 1
+        self.hashes.append(merged)
+        self.size += 1
+
+    def root(self) -> bytes:
+        """MTH of the leaves so far: the perfect subtrees folded from the right (RFC 6962's split)."""
+        if not self.hashes:
+            return EMPTY_ROOT
+        result = self.hashes[-1]
+        for subtree in reversed(self.hashes[:-1]):
+            result = node_hash(subtree, result)
+        return result
 
 
 def root_from_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes]) -> bytes | None:

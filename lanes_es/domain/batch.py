@@ -125,19 +125,22 @@ class LaneBatch(ChainedAggregate):
         self._require_child(task_id, "lane_admitted")
         self.trigger_event(ev.Enrolled, at=at, task_id=task_id, run_id=run_id, reason=reason)
 
-    def settle(self, at: str, task_id: str, *, qa_failures_reset: bool = False) -> None:
+    def settle(self, at: str, task_id: str, *, qa_failures_reset: bool = False,
+               qa_outputs: list[ev.CommandDigest] | None = None) -> None:
         self._require_child(task_id, "enrolled")
-        self.trigger_event(ev.Settled, at=at, task_id=task_id, qa_failures_reset=qa_failures_reset)
+        self.trigger_event(ev.Settled, at=at, task_id=task_id, qa_failures_reset=qa_failures_reset,
+                           qa_outputs=qa_outputs or [])
 
     def commit_lane(self, at: str, task_id: str, lane_commit: str) -> None:
         self._require_child(task_id, "settled")
         self.trigger_event(ev.LaneCommitted, at=at, task_id=task_id, lane_commit=lane_commit)
 
-    def integrate(self, at: str, task_id: str, commit: str, *, adopted: bool = False) -> None:
+    def integrate(self, at: str, task_id: str, commit: str, *, adopted: bool = False,
+                  checks: list[ev.CheckVerdict] | None = None) -> None:
         self._require_child(task_id, "lane_committed")
         if commit in self.record["commits"]:
             raise TransitionRefused(f"commit {commit} is already integrated for another child")
-        self.trigger_event(ev.Integrated, at=at, task_id=task_id, commit=commit, adopted=adopted)
+        self.trigger_event(ev.Integrated, at=at, task_id=task_id, commit=commit, adopted=adopted, checks=checks or [])
 
     def release(self, at: str, task_id: str) -> None:
         self._require_child(task_id, "integrated")
@@ -149,14 +152,15 @@ class LaneBatch(ChainedAggregate):
         self.trigger_event(ev.Parked, at=at, task_id=task_id, reason=reason, skipped=skipped,
                            qa_failures=qa_failures)
 
-    def count_qa_failure(self, at: str, task_id: str, qa_failures: int, correction_due: str | None = None) -> None:
+    def count_qa_failure(self, at: str, task_id: str, qa_failures: int, correction_due: str | None = None,
+                         qa_outputs: list[ev.CommandDigest] | None = None) -> None:
         self._require_child(task_id, "enrolled")
         self.trigger_event(ev.QaFailureCounted, at=at, task_id=task_id, qa_failures=qa_failures,
-                           correction_due=correction_due)
+                           correction_due=correction_due, qa_outputs=qa_outputs or [])
 
-    def open_review(self, at: str, task_id: str, reason: str) -> None:
+    def open_review(self, at: str, task_id: str, reason: str, qa_outputs: list[ev.CommandDigest] | None = None) -> None:
         self._require_child(task_id, "enrolled")
-        self.trigger_event(ev.ReviewOpened, at=at, task_id=task_id, reason=reason)
+        self.trigger_event(ev.ReviewOpened, at=at, task_id=task_id, reason=reason, qa_outputs=qa_outputs or [])
 
     def record_intervention(self, at: str, task_id: str, kind: str, text: str) -> None:
         child = self._require_child(task_id, "enrolled")

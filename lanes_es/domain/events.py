@@ -103,6 +103,29 @@ class VerificationResult(Payload, frozen=True, kw_only=True):
     duration_ms: int
 
 
+class CommandDigest(Payload, frozen=True, kw_only=True):
+    """One acceptance item's command as QA or a candidate check ran it (`<task_id>:<item.id>`): whether the
+    item passed, and the sha256 and length of the command's output (stdout and stderr, the one stream the
+    runner reads); `output_sha256` is None when the command never started (bad descriptor, missing
+    executable, failed prepare)."""
+
+    id: str
+    passed: bool
+    output_sha256: str | None = None
+    output_bytes: int = 0
+
+
+class CheckVerdict(Payload, frozen=True, kw_only=True):
+    """One task's acceptance run on a candidate: failed finding ids, empty when it passed."""
+
+    task_id: str
+    passed: bool
+    findings: list[str] = []
+    attempts: int = 1
+    flaky: list[str] = []  # finding ids that failed, then passed on a rerun (the flake policy)
+    outputs: list[CommandDigest] = []  # each item's command on the candidate (the last attempt)
+
+
 class FinalVerificationReport(Payload, frozen=True, kw_only=True):
     passed: bool
     head: str
@@ -261,6 +284,7 @@ class Enrolled(Event, frozen=True, kw_only=True):
 class Settled(Event, frozen=True, kw_only=True):
     task_id: str
     qa_failures_reset: bool = False
+    qa_outputs: list[CommandDigest] = []  # the Lane QA that passed (empty: after a Review, or an older log)
 
 
 class LaneCommitted(Event, frozen=True, kw_only=True):
@@ -272,6 +296,9 @@ class Integrated(Event, frozen=True, kw_only=True):
     task_id: str
     commit: str
     adopted: bool = False
+    # The serial guard's rerun on this candidate, each task's checks with their output digests (a round
+    # records them on its CandidateVerified instead; empty in older logs and for an adopted commit).
+    checks: list[CheckVerdict] = []
 
 
 class Released(Event, frozen=True, kw_only=True):
@@ -299,11 +326,13 @@ class QaFailureCounted(Event, frozen=True, kw_only=True):
     task_id: str
     qa_failures: int
     correction_due: str | None = None
+    qa_outputs: list[CommandDigest] = []
 
 
 class ReviewOpened(Event, frozen=True, kw_only=True):
     task_id: str
     reason: str
+    qa_outputs: list[CommandDigest] = []  # the Lane QA that passed before the Review
 
 
 class InterventionRecorded(Event, frozen=True, kw_only=True):
@@ -374,16 +403,6 @@ class ProjectionDriftRepaired(Event, frozen=True, kw_only=True):
     """Audit only: a projection file differed from the log and was rewritten from it."""
 
     path: str
-
-
-class CheckVerdict(Payload, frozen=True, kw_only=True):
-    """One task's acceptance run on a candidate: failed finding ids, empty when it passed."""
-
-    task_id: str
-    passed: bool
-    findings: list[str] = []
-    attempts: int = 1
-    flaky: list[str] = []  # finding ids that failed, then passed on a rerun (the flake policy)
 
 
 class CandidateBuilt(Event, frozen=True, kw_only=True):

@@ -8,7 +8,7 @@ from lanes_es.domain import events as ev
 from lanes_es.domain.candidates import SERIAL
 from lanes_es.domain.plan import compute_batch_plan_digest
 from lanes_es.domain.record import expected_batch_head
-from lanes_es.ports import IntegrationChild, IntegrationError, IntegrationRequest, Lineage, PortError
+from lanes_es.ports import CandidateCheck, IntegrationChild, IntegrationError, IntegrationRequest, Lineage, PortError
 from lanes_es.tick import rounds
 from lanes_es.tick.context import TickContext, TickFinished, is_lineage_break
 
@@ -25,12 +25,13 @@ def integrate_committed(ctx: TickContext) -> None:
 def integrate_serially(ctx: TickContext, children: list[dict[str, Any]]) -> None:
     for child in children:
         task_id = child["task_id"]
+        checks: list[CandidateCheck] = []
         try:
-            commit = ctx.ports.lane_git.integrate(integration_request(ctx, child))
+            commit = ctx.ports.lane_git.integrate(integration_request(ctx, child), checks)
         except PortError as error:
             park_failed_integration(ctx, task_id, error)
             continue
-        record_integration(ctx, task_id, commit)
+        record_integration(ctx, task_id, commit, [check_verdict(check) for check in checks])
 
 
 def integration_request(ctx: TickContext, child: dict[str, Any], on: str | None = None,
@@ -50,8 +51,15 @@ def integration_request(ctx: TickContext, child: dict[str, Any], on: str | None 
         child=IntegrationChild(task_id=task_id, intent_path=ctx.intent_path_of(task_id)), siblings=siblings)
 
 
-def record_integration(ctx: TickContext, task_id: str, commit: str) -> None:
-    ctx.live.integrate(ctx.now, task_id, commit)
+def check_verdict(check: CandidateCheck) -> ev.CheckVerdict:
+    """A task's rerun on a candidate as the log records it."""
+    return ev.CheckVerdict(task_id=check.task_id, passed=not check.findings, findings=list(check.findings),
+                           attempts=check.attempts, flaky=list(check.flaky), outputs=list(check.outputs))
+
+
+def record_integration(ctx: TickContext, task_id: str, commit: str, checks: list[ev.CheckVerdict] | None = None) -> None:
+    """`checks`: the serial guard's rerun (a round recorded its verdicts on CandidateVerified already)."""
+    ctx.live.integrate(ctx.now, task_id, commit, checks=checks)
     ctx.persist()
     ctx.lineage = Lineage(kind="equal", head=commit)  # our own fast-forward
     ctx.scopes.clear()

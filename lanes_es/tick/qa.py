@@ -34,16 +34,16 @@ def advance_children(ctx: TickContext, children: list[dict[str, Any]]) -> dict[s
 def record_advance(ctx: TickContext, child: dict[str, Any], result: AdvanceResult) -> None:
     task_id = child["task_id"]
     if result.state == "completed":
-        ctx.live.settle(ctx.now, task_id, qa_failures_reset=True)
+        ctx.live.settle(ctx.now, task_id, qa_failures_reset=True, qa_outputs=result.qa_outputs)
         ctx.persist()
     elif result.state == "review_ready":
         reason = f"review reservation {result.operation_id} open"
         if child["reason"] != reason:  # upstream's write is a no-op while the same reservation stays open
-            ctx.live.open_review(ctx.now, task_id, reason)
+            ctx.live.open_review(ctx.now, task_id, reason, result.qa_outputs)
             ctx.persist()
         ctx.review_open.append(task_id)
     elif result.state == "rework" and result.operation == "qa":
-        count_qa_failure(ctx, child)
+        count_qa_failure(ctx, child, result.qa_outputs)
     elif (result.state in ("rework", "review_preparation_failed") or result.environment_failure
           or result.recovery_category == "repair"):
         return  # ordinary own-claim repair stays with the Executor
@@ -51,17 +51,18 @@ def record_advance(ctx: TickContext, child: dict[str, Any], result: AdvanceResul
         ctx.park_child(task_id, "Kernel reported the child stopped" if result.state == "stopped" else result.reason)
 
 
-def count_qa_failure(ctx: TickContext, child: dict[str, Any]) -> None:
+def count_qa_failure(ctx: TickContext, child: dict[str, Any], outputs: list[Any]) -> None:
+    """`outputs`: the failed QA's command output digests, recorded with the count."""
     task_id = child["task_id"]
     failures = child["qa_failures"] + 1
     if failures < ctx.record["budget"]["qa_failure_limit"]:
-        ctx.live.count_qa_failure(ctx.now, task_id, failures)
+        ctx.live.count_qa_failure(ctx.now, task_id, failures, qa_outputs=outputs)
         ctx.persist()
         return
     used = child.get("corrections", 0)
     if used < MAX_COORDINATOR_CORRECTIONS:
         # The design judgment goes to the coordinator: one correction, to a new Lane session.
-        ctx.live.count_qa_failure(ctx.now, task_id, failures, QA_LIMIT_REASON)
+        ctx.live.count_qa_failure(ctx.now, task_id, failures, QA_LIMIT_REASON, qa_outputs=outputs)
         ctx.persist()
         return
     ctx.park_child(task_id, f"{CORRECTION_LIMIT_REACHED}: {QA_LIMIT_REASON} after {used} coordinator corrections",

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from lanes_es.domain import events as ev
 from lanes_es.domain.candidates import (
     BATCHED, SERIAL, SPECULATIVE, Candidate, bisection_cap, schedule_batched, schedule_speculative,
 )
@@ -200,9 +199,7 @@ def record_verdict(state: Round, candidate: Candidate, result: CandidateVerdict 
         ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), commit, False, str(result), [],
                                          bisection)
         return
-    checks = [ev.CheckVerdict(task_id=check.task_id, passed=not check.findings, findings=list(check.findings),
-                              attempts=check.attempts, flaky=list(check.flaky))
-              for check in result.checks]
+    checks = [integrate.check_verdict(check) for check in result.checks]
     state.verdicts[candidate] = result.passed
     if not result.passed:
         state.failures[candidate] = IntegrationError(CHECK_FAILED, result.reason or "")

@@ -261,7 +261,8 @@ def test_a_checkpoint_costs_two_spawns_and_a_stale_writer_changes_nothing(demo, 
         stale_parent = git_out(repo, "rev-parse", ref(batch_id))
         STATS.reset()
         result = anchor_log(anchor, str(repo), batch_id, batch.version,
-                            lambda: service.store.stored_events(batch_id), lambda: load_signer(repo / ".git"))
+                            lambda after: service.store.stored_events(batch_id, after),
+                            lambda: load_signer(repo / ".git"))
         assert STATS.spawns == 2  # one read, one fast-import
         assert result is not None and result.size == batch.version and result.attestations == 0
         moved = git_out(repo, "rev-parse", ref(batch_id))

@@ -151,7 +151,7 @@ class FakeLaneGit:
             return Lineage(kind="equal", head=self.head)
         return Lineage(kind="fast_forward", head=self.head)
 
-    def integrate(self, request: IntegrationRequest) -> str:
+    def integrate(self, request: IntegrationRequest, checks: list[Any] | None = None) -> str:
         task_id = request.child.task_id
         if task_id in self.integrate_errors:
             raise self.integrate_errors[task_id]

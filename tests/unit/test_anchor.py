@@ -21,7 +21,7 @@ AT = "2026-01-01T00:00:00.000Z"
 class FakeRef:
     def __init__(self) -> None:
         self.commits: list[dict[str, bytes]] = []
-        self.remembered: int | None = None
+        self.remembered: Any = None
         self.reads = 0
 
     def read_checkpoint(self, root: str, batch_id: str, requests: Sequence[tuple[str, str | None]] = ()) -> Any:
@@ -38,11 +38,11 @@ class FakeRef:
         assert parent == (str(len(self.commits)) if self.commits else None)
         self.commits.append({**(self.commits[-1] if self.commits else {}), **files})
 
-    def anchored_size(self, batch_id: str) -> int | None:
+    def anchor_state(self, batch_id: str) -> Any:
         return self.remembered
 
-    def mark_anchored(self, batch_id: str, size: int) -> None:
-        self.remembered = size
+    def save_anchor_state(self, batch_id: str, state: Any) -> None:
+        self.remembered = state
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def batch_of(store: EventStore) -> LaneBatch:
 
 
 def anchor(ref: FakeRef, store: EventStore, batch: LaneBatch) -> Any:
-    return anchor_log(ref, "/repo", batch.id, batch.version, lambda: store.stored_events(batch.id), lambda: KEY)
+    return anchor_log(ref, "/repo", batch.id, batch.version, lambda after: store.stored_events(batch.id, after), lambda: KEY)
 
 
 def test_signs_the_whole_log_then_skips_until_it_grows(store):
@@ -83,7 +83,7 @@ def test_a_checkpoint_written_before_a_crash_is_adopted_not_written_again(store)
     anchor(ref, store, batch)
     ref.remembered = None  # the crash came between the git write and remembering it
     assert anchor(ref, store, batch) is None
-    assert len(ref.commits) == 1 and ref.remembered == 2
+    assert len(ref.commits) == 1 and ref.remembered.size == 2
 
 
 def test_refuses_to_sign_over_a_log_that_no_longer_extends_its_checkpoint(store):
