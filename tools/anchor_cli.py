@@ -72,24 +72,27 @@ class AnchorOptions:
         add_anchor_findings(report, rows, events, evidence)
 
     def evidence(self, batch_id: str, events: Sequence[Any], root: Path | None) -> Any:
-        from lanes_es.adapters.anchor_git import branch_history, read_anchor
+        from lanes_es.adapters.anchor_git import branch_history, checkpoint_history, read_anchor
         from lanes_es.audit.anchor import checkpoint_ref
         from lanes_es.audit.anchored import AnchorEvidence
         from lanes_es.domain import events as ev
 
         repository = _repository(root or self.root)
         note, attestations, source = None, None, "no repository to read refs/lanes-es/checkpoints from"
+        history: list[tuple[str, str | None]] = []
         if repository is not None:
             note, attestations = read_anchor(str(repository.root), batch_id)
             attestations = attestations if note is not None else None
             source = f"{checkpoint_ref(batch_id)} in {repository.root}"
+            history = checkpoint_history(str(repository.root), batch_id) if note is not None else []
         if self.checkpoint_file:
             note, source = _read_text(self.checkpoint_file, "checkpoint"), self.checkpoint_file
         verifier = self.verifier(repository.common_dir if repository else None) if note is not None else None
         if note is not None and verifier is None:
             raise ServiceError("invalid_input", f"the checkpoint of {batch_id} is signed: name its public key with "
                                                 f"--public-key KEY (`lanes-es key show` prints it where the key lives)")
-        evidence = AnchorEvidence(source=source, note=note, verifier=verifier, attestations=attestations)
+        evidence = AnchorEvidence(source=source, note=note, verifier=verifier, attestations=attestations,
+                                  history=history)
         prepared = next((event for event in events if isinstance(event, ev.BatchPrepared)), None)
         if repository is None or prepared is None:
             evidence.branch_problem = "no repository holding the batch branch"
@@ -260,7 +263,9 @@ def anchor_marks(root: Path | str | None, batch_id: str) -> Any:
     if root is None:
         return AnchorMarks()
     checkpoints = []
-    for note in checkpoint_history(str(root), batch_id):
+    for _, note in checkpoint_history(str(root), batch_id):
+        if note is None:
+            continue
         try:
             checkpoint = Checkpoint.read_unverified(note)
         except NoteError:

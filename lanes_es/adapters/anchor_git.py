@@ -166,12 +166,14 @@ def branch_history(root: str, branch: str, base: str) -> tuple[list[tuple[str, s
     return [(commit, tree) for commit, tree in reversed(pairs)], None  # type: ignore[misc]
 
 
-def checkpoint_history(root: str, batch_id: str) -> list[str]:
-    """Every checkpoint note the ref ever held, oldest first. Two spawns (none past the first without a ref)."""
+def checkpoint_history(root: str, batch_id: str) -> list[tuple[str, str | None]]:
+    """Every commit the ref's history holds with its checkpoint note (None when it has none), oldest first.
+    Two spawns (none past the first without a ref)."""
     ref = checkpoint_ref(batch_id)
     listed = git_ok(root, "log", "--format=%H", ref, "--")
     if listed.exit_code != 0:
         return []
     commits = list(reversed(listed.text.split()))
     found = cat_file_batch(root, [f"{commit}:{CHECKPOINT_PATH}" for commit in commits])
-    return [item[2].decode("utf-8", "replace") for item in found if item is not None]
+    return [(commit, item[2].decode("utf-8", "replace") if item is not None else None)
+            for commit, item in zip(commits, found)]

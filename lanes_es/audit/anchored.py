@@ -37,6 +37,7 @@ class AnchorEvidence:
     attestations: dict[str, bytes] | None = None  # path -> envelope; None: no ref to read them from
     branch_history: list[tuple[str, str]] | None = None  # (commit, tree), oldest first; None: not read
     branch_problem: str | None = None  # why the branch could not be read
+    history: list[tuple[str, str | None]] = field(default_factory=list)  # (commit, note) of the ref, oldest first
 
 
 @dataclass
@@ -56,7 +57,9 @@ def check_anchor(batch_id: str, rows: Sequence[StoredEvent], events: Sequence[An
     if checkpoint is None:
         return result
     result.checkpoint = checkpoint
-    _check_log(rows, checkpoint, result)
+    tree = merkle.Tree(log_leaves(rows))
+    _check_log(tree, checkpoint, result)
+    _check_history(batch_id, tree, evidence, result)
     if evidence.attestations is None:
         result.notes.append("attestations and batch branch not checked: no repository holding the checkpoint ref")
         return result
@@ -85,26 +88,69 @@ def _open_checkpoint(batch_id: str, evidence: AnchorEvidence, result: AnchorChec
     return checkpoint
 
 
-def _check_log(rows: Sequence[StoredEvent], checkpoint: Checkpoint, result: AnchorCheck) -> None:
-    leaves = log_leaves(rows)
-    size = checkpoint.size
-    if len(leaves) < size:
-        _finding(result, "checkpoint", len(leaves) + 1, "log_cut_short",
-                 f"the log holds {len(leaves)} events but the signed checkpoint covers {size}: the newest "
-                 f"{size - len(leaves)} events were removed")
+def _check_log(tree: merkle.Tree, checkpoint: Checkpoint, result: AnchorCheck) -> None:
+    count, size = len(tree.leaves), checkpoint.size
+    if count < size:
+        _finding(result, "checkpoint", count + 1, "log_cut_short",
+                 f"the log holds {count} events but the signed checkpoint covers {size}: the newest "
+                 f"{size - count} events were removed")
         return
-    if merkle.root_of(leaves[:size]) != checkpoint.root:
+    if tree.root(0, size) != checkpoint.root:
         _finding(result, "checkpoint", None, "checkpoint_root_mismatch",
                  f"the first {size} events do not hash to the signed root {checkpoint.root.hex()[:16]}: the log was "
                  f"rewritten, reordered or edited since it was checkpointed")
         return
-    if len(leaves) > size:
-        proof = merkle.consistency_proof(size, leaves)
-        if not merkle.verify_consistency(size, len(leaves), checkpoint.root, merkle.root_of(leaves), proof):
+    if count > size:
+        proof = tree.consistency_proof(size)
+        if not merkle.verify_consistency(size, count, checkpoint.root, tree.root(), proof):
             _finding(result, "checkpoint", None, "inconsistent", "the log is not an extension of the checkpoint")
             return
-        result.notes.append(f"checkpoint behind by {len(leaves) - size} events (it covers {size} of {len(leaves)}; "
+        result.notes.append(f"checkpoint behind by {count - size} events (it covers {size} of {count}; "
                             f"the next tick writes it)")
+
+
+def _check_history(batch_id: str, tree: merkle.Tree, evidence: AnchorEvidence, result: AnchorCheck) -> None:
+    """Every checkpoint the ref's history holds: each signed by the key, of this batch, sizes never
+    shrinking, and each older one consistent with the newest one the log itself holds (an RFC 9162
+    consistency proof computed from the log, checked against both signed roots). A checkpoint the
+    log does not reach or match is the log's finding (`_check_log`), not the history's."""
+    opened: list[tuple[int, str, Checkpoint]] = []
+    count = len(evidence.history)
+    for index, (commit, note) in enumerate(evidence.history, 1):
+        where = f"checkpoint commit {commit[:12]} ({index} of {count} on the ref)"
+        try:
+            checkpoint = Checkpoint.open(note or "", evidence.verifier)  # type: ignore[arg-type]
+        except NoteError as error:
+            _finding(result, "checkpoint", None, "checkpoint_history_signature", f"{where} does not verify: {error}")
+            continue
+        if checkpoint.origin != batch_id:
+            _finding(result, "checkpoint", None, "checkpoint_history_origin",
+                     f"{where} is of {checkpoint.origin}, not of {batch_id}")
+            continue
+        if opened and checkpoint.size < opened[-1][2].size:
+            _finding(result, "checkpoint", None, "checkpoint_size_decreased",
+                     f"{where} signs {checkpoint.size} events after commit {opened[-1][1][:12]} signed "
+                     f"{opened[-1][2].size}: the ref's history was rewritten")
+        opened.append((index, commit, checkpoint))
+    held = [entry for entry in opened
+            if entry[2].size <= len(tree.leaves) and tree.root(0, entry[2].size) == entry[2].root]
+    if not held:
+        return
+    newest_index, newest_commit, newest = held[-1]
+    for index, commit, checkpoint in opened:
+        if index >= newest_index or checkpoint.size > newest.size:
+            continue
+        proof = tree.consistency_proof(checkpoint.size, newest.size)
+        if not merkle.verify_consistency(checkpoint.size, newest.size, checkpoint.root, newest.root, proof):
+            _finding(result, "checkpoint", None, "checkpoint_inconsistent",
+                     f"checkpoint commit {commit[:12]} ({index} of {count} on the ref) signs {checkpoint.size} events "
+                     f"with root {checkpoint.root.hex()[:16]}, which is not consistent with commit "
+                     f"{newest_commit[:12]} ({newest.size} events): the RFC 9162 consistency proof from the log does "
+                     f"not lead to its root; it was signed over another log, and the ref's history was rewritten")
+    later = count - newest_index
+    if later:
+        result.notes.append(f"the log agrees with the ref's checkpoints up to commit {newest_commit[:12]} "
+                            f"({newest.size} events), not with the {later} after it")
 
 
 def _check_attestations(batch_id: str, facts: dict[int, IntegrationFact], size: int, evidence: AnchorEvidence,

@@ -272,3 +272,123 @@ def test_a_checkpoint_costs_two_spawns_and_a_stale_writer_changes_nothing(demo, 
         assert git_out(repo, "status", "--porcelain") == ""  # no working tree or index touched
     finally:
         service.store.close()
+
+
+def store_leaves(repo: Path, batch_id: str) -> list[bytes]:
+    from lanes_es.audit.anchor import log_leaves
+
+    connection = sqlite3.connect(repo / ".git/lanes-es/events.sqlite")
+    rows = [StoredEvent(originator_id=row[0], originator_version=row[1], topic=row[2], state=row[3])
+            for row in connection.execute("select originator_id, originator_version, topic, state from stored_events "
+                                          "where originator_id = ? order by originator_version", (batch_id,))]
+    connection.close()
+    return log_leaves(rows)
+
+
+def rewrite_ref_history(repo: Path, batch_id: str, index: int, note: str) -> str:
+    """The ref's history again, commit `index` (oldest first) holding `note` as its checkpoint, every
+    commit after it re-parented: what someone holding the key would write. The replaced commit's id."""
+    commits = git_out(repo, "rev-list", "--reverse", ref(batch_id)).splitlines()
+    parent, replaced = None, ""
+    for position, commit in enumerate(commits):
+        tree = git_out(repo, "rev-parse", f"{commit}^{{tree}}")
+        if position == index:
+            blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=repo, input=note.encode(),
+                                  capture_output=True, check=True).stdout.decode().strip()
+            entries = [line if not line.endswith("\tcheckpoint") else f"100644 blob {blob}\tcheckpoint"
+                       for line in git_out(repo, "ls-tree", commit).splitlines()]
+            tree = subprocess.run(["git", "mktree"], cwd=repo, input=("\n".join(entries) + "\n").encode(),
+                                  capture_output=True, check=True).stdout.decode().strip()
+        message = git_out(repo, "log", "-1", "--format=%B", commit)
+        parent = git_out(repo, "commit-tree", tree, *(["-p", parent] if parent else []), "-m", message)
+        if position == index:
+            replaced = parent
+    run_git(repo, "update-ref", ref(batch_id), parent or "")
+    return replaced
+
+
+def signed(repo: Path, batch_id: str, size: int, root: bytes) -> str:
+    from lanes_es.adapters.signing_key import load_signer
+    from lanes_es.audit.signed_note import Checkpoint
+
+    return Checkpoint(batch_id, size, root).sign(load_signer(repo / ".git"))
+
+
+def test_a_ref_whose_older_checkpoint_was_replaced_by_one_over_another_log_is_found(demo, tmp_path, capsys):
+    from lanes_es.audit import merkle
+
+    repo = copy_of(demo, tmp_path)
+    batch_id = demo[1]
+    commits = git_out(repo, "rev-list", "--reverse", ref(batch_id)).splitlines()
+    middle = len(commits) // 2
+    size = int(git_out(repo, "show", f"{commits[middle]}:checkpoint").splitlines()[1])
+    other_log = store_leaves(repo, batch_id)[:size]
+    other_log[1] = merkle.leaf_hash(b"an event that never was")
+    replaced = rewrite_ref_history(repo, batch_id, middle, signed(repo, batch_id, size, merkle.root_of(other_log)))
+    code, out = cli(capsys, repo, "verify", batch_id)
+    assert code == 1, out
+    findings = [line for line in out.splitlines() if "checkpoint_inconsistent" in line]
+    assert len(findings) == 1, out
+    assert f"checkpoint commit {replaced[:12]} ({middle + 1} of {len(commits)} on the ref) signs {size} events" in findings[0]
+    assert "checkpoint_root_mismatch" not in out and "log_cut_short" not in out  # the newest still holds the log
+
+
+def test_a_ref_whose_checkpoint_sizes_shrink_is_found(demo, tmp_path, capsys):
+    from lanes_es.audit import merkle
+
+    repo = copy_of(demo, tmp_path)
+    batch_id = demo[1]
+    commits = git_out(repo, "rev-list", "--reverse", ref(batch_id)).splitlines()
+    before = int(git_out(repo, "show", f"{commits[1]}:checkpoint").splitlines()[1])
+    leaves = store_leaves(repo, batch_id)[:before - 1]  # the true log, one event short of the one before
+    replaced = rewrite_ref_history(repo, batch_id, 2, signed(repo, batch_id, before - 1, merkle.root_of(leaves)))
+    code, out = cli(capsys, repo, "verify", batch_id)
+    assert code == 1, out
+    assert (f"checkpoint_size_decreased: checkpoint commit {replaced[:12]} (3 of {len(commits)} on the ref) signs "
+            f"{before - 1} events after commit") in out
+    assert "checkpoint_inconsistent" not in out  # a prefix of the true log: consistent, only out of order
+
+
+def test_an_untouched_ref_history_verifies_every_checkpoint(demo, tmp_path, capsys):
+    """Each checkpoint commit of the demo is checked and holds: the same verify with one of them signed by
+    another key is a finding naming that commit."""
+    from lanes_es.audit.signed_note import Checkpoint
+    from lanes_es.audit.signing import Signer
+
+    repo = copy_of(demo, tmp_path)
+    batch_id = demo[1]
+    code, out = cli(capsys, repo, "verify", batch_id)
+    assert code == 0 and "checkpoint_" not in out, out
+    commits = git_out(repo, "rev-list", "--reverse", ref(batch_id)).splitlines()
+    note = Checkpoint.read_unverified(git_out(repo, "show", f"{commits[0]}:checkpoint") + "\n")
+    forged = Checkpoint(batch_id, note.size, note.root).sign(Signer.generate("lanes-es"))
+    replaced = rewrite_ref_history(repo, batch_id, 0, forged)
+    code, out = cli(capsys, repo, "verify", batch_id)
+    assert code == 1, out
+    assert f"checkpoint_history_signature: checkpoint commit {replaced[:12]} (1 of {len(commits)} on the ref)" in out
+
+
+def test_events_saved_by_a_tick_that_died_before_its_checkpoint_are_a_note_until_the_next_tick(demo, tmp_path,
+                                                                                                capsys):
+    """The store holds events no checkpoint covers, and this machine's kept state is the ref's: the next
+    tick anchors them from that state (reading only the events after it)."""
+    from tools.compose import build_service
+
+    repo = copy_of(demo, tmp_path)
+    batch_id = demo[1]
+    signed_size = int(git_out(repo, "show", f"{ref(batch_id)}:checkpoint").splitlines()[1])
+    service = build_service(repo)
+    try:
+        batch = service.store.batch(batch_id)
+        for _ in range(2):
+            batch.note_drift("2026-01-01T00:00:00.000Z", "events of a tick killed before its checkpoint")
+        service.store.save(batch)
+    finally:
+        service.store.close()
+    code, out = cli(capsys, repo, "verify", batch_id)
+    assert code == 0, out
+    assert f"note: checkpoint behind by 2 events (it covers {signed_size} of {signed_size + 2}" in out
+    cli(capsys, repo, "tick", "demo")
+    assert git_out(repo, "show", f"{ref(batch_id)}:checkpoint").splitlines()[1] == str(signed_size + 2)
+    code, out = cli(capsys, repo, "verify", batch_id)
+    assert code == 0 and "note: checkpoint behind" not in out, out

@@ -242,7 +242,7 @@ def check_log(root: str) -> None:
 
 
 def check_anchor_holds(root: str, batch_id: str, rows: list[Any], events: list[Any]) -> None:
-    from lanes_es.adapters.anchor_git import branch_history, read_anchor
+    from lanes_es.adapters.anchor_git import branch_history, checkpoint_history, read_anchor
     from lanes_es.adapters.signing_key import local_verifier
     from lanes_es.audit.anchored import AnchorEvidence, check_anchor
     from tools.compose import locate_repository
@@ -251,7 +251,8 @@ def check_anchor_holds(root: str, batch_id: str, rows: list[Any], events: list[A
     assert note is not None, "no checkpoint was written"
     history, _ = branch_history(root, events[0].branch, events[0].base_head)
     evidence = AnchorEvidence(source="ref", note=note, verifier=local_verifier(locate_repository(root).common_dir),
-                              attestations=attestations, branch_history=history)
+                              attestations=attestations, branch_history=history,
+                              history=checkpoint_history(root, batch_id))  # every checkpoint, each consistent
     checked = check_anchor(batch_id, rows, events, evidence)
     assert (checked.findings, checked.notes) == ([], []), (checked.findings, checked.notes)
     assert len(attestations) == len([e for e in events if type(e).__name__ == "Integrated"])

@@ -110,3 +110,38 @@ def test_refuses_a_checkpoint_signed_by_another_key(store):
     ref.commits.append({"checkpoint": Checkpoint(batch.id, 1, b"\0" * 32).sign(Signer.generate("lanes-es")).encode()})
     with pytest.raises(AnchorRefused, match="does not verify with the signing key"):
         anchor(ref, store, batch)
+
+
+def test_a_tick_after_a_checkpoint_reads_and_hashes_only_the_events_it_appended(store):
+    from lanes_es.audit import merkle
+    from lanes_es.audit.anchor import log_leaves
+
+    ref, batch = FakeRef(), batch_of(store)
+    assert anchor(ref, store, batch).incremental is False  # the first reads the log whole
+    reads: list[int] = []
+
+    def read_rows(after: int) -> Any:
+        reads.append(after)
+        return store.stored_events(batch.id, after)
+
+    for _ in range(3):
+        batch.note_drift(AT, "p")
+        store.save(batch)
+        result = anchor_log(ref, "/repo", batch.id, batch.version, read_rows, lambda: KEY)
+        assert result.incremental and result.previous_size == batch.version - 1
+    assert reads == [2, 3, 4]
+    signed = Checkpoint.open(ref.commits[-1]["checkpoint"].decode(), KEY.verifier)
+    assert (signed.size, signed.root) == (5, merkle.root_of(log_leaves(store.stored_events(batch.id))))
+
+
+def test_a_kept_state_the_ref_does_not_match_reads_the_log_whole(store):
+    ref, batch = FakeRef(), batch_of(store)
+    anchor(ref, store, batch)
+    batch.note_drift(AT, "p")
+    store.save(batch)
+    anchor(ref, store, batch)
+    ref.commits.pop()  # another writer's ref, one checkpoint behind what this machine kept
+    batch.note_drift(AT, "q")
+    store.save(batch)
+    result = anchor(ref, store, batch)
+    assert result.incremental is False and (result.previous_size, result.size) == (2, 4)
