@@ -56,6 +56,12 @@ def attestations(engine: Engine) -> dict[str, dict[str, Any]]:
     return found
 
 
+def recorded(engine: Engine, kind: type, key: str) -> dict[str, Any]:
+    """The events of `kind` in the batch's log, by `key` (a later one wins)."""
+    return {getattr(event, key): event for event in engine.service.store.events(engine.batch.id)
+            if isinstance(event, kind)}
+
+
 def own_output(predicate: dict[str, Any]) -> dict[str, Any]:
     [item] = predicate["acceptance"]
     return item
@@ -65,10 +71,7 @@ def test_serial_attests_each_command_with_the_digest_of_its_output_on_the_candid
     engine = run_round(tmp_path, "serial")
     try:
         predicates = attestations(engine)
-        integrated = {event.task_id: event for event in engine.service.store.events(engine.batch.id)
-                      if isinstance(event, ev.Integrated)}
-        settled = {event.task_id: event for event in engine.service.store.events(engine.batch.id)
-                   if isinstance(event, ev.Settled)}
+        integrated, settled = recorded(engine, ev.Integrated, "task_id"), recorded(engine, ev.Settled, "task_id")
     finally:
         engine.service.store.close()
     assert sorted(predicates) == list(TASKS)
@@ -93,8 +96,7 @@ def test_speculative_attests_the_verdict_of_each_integrated_candidate(tmp_path):
     engine = run_round(tmp_path, "speculative")
     try:
         predicates = attestations(engine)
-        verified = {event.commit: event for event in engine.service.store.events(engine.batch.id)
-                    if isinstance(event, ev.CandidateVerified)}
+        verified = recorded(engine, ev.CandidateVerified, "commit")
     finally:
         engine.service.store.close()
     for task_id, predicate in predicates.items():
@@ -111,8 +113,7 @@ def test_a_batched_round_says_its_intermediate_commits_were_not_verified_one_by_
     engine = run_round(tmp_path, "batched")
     try:
         predicates = attestations(engine)
-        [verdict] = [event for event in engine.service.store.events(engine.batch.id)
-                     if isinstance(event, ev.CandidateVerified)]
+        [verdict] = recorded(engine, ev.CandidateVerified, "commit").values()
     finally:
         engine.service.store.close()
     assert verdict.unverified_intermediates == ["t0", "t1"]

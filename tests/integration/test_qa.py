@@ -193,3 +193,25 @@ def test_writes_inside_the_writable_paths_and_new_files_are_allowed(tmp_path):
         "environment": {"prepare": None, "writable_paths": ["build"]},
     })
     assert run_acceptance(str(tmp_path), TASK, intent(writes)).decision == "pass"
+
+
+def test_each_item_gets_the_digest_of_its_commands_output_or_none_when_it_never_ran(tmp_path):
+    import hashlib
+
+    from lanes_es.adapters.qa import run_acceptance_with_outputs
+
+    verdict, outputs = run_acceptance_with_outputs(str(tmp_path), TASK, intent(
+        descriptor(["-c", "import sys; print('ok', flush=True); sys.stderr.write('warn')"]),
+        descriptor(["-c", "import sys; print('expected 3 got 2'); sys.exit(3)"]),
+        raw_descriptor("no-such-tool-anywhere", []),
+        "not a descriptor"))
+    assert verdict == run_acceptance(str(tmp_path), TASK, intent(  # the same verdict as before, digests beside it
+        descriptor(["-c", "import sys; print('ok', flush=True); sys.stderr.write('warn')"]),
+        descriptor(["-c", "import sys; print('expected 3 got 2'); sys.exit(3)"]),
+        raw_descriptor("no-such-tool-anywhere", []),
+        "not a descriptor"))
+    assert [(output.id, output.passed, output.output_sha256, output.output_bytes) for output in outputs] == [
+        ("task-a:A1", True, hashlib.sha256(b"ok\nwarn").hexdigest(), 7),
+        ("task-a:A2", False, hashlib.sha256(b"expected 3 got 2\n").hexdigest(), 17),
+        ("task-a:A3", False, None, 0),
+        ("task-a:A4", False, None, 0)]
