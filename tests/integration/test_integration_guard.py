@@ -388,7 +388,7 @@ def test_a_rerun_that_cannot_complete_is_a_failure(tmp_path, repo, lanes, monkey
     def explode(*_args, **_kwargs):
         raise OSError("no space left on device")
 
-    monkeypatch.setattr(qa, "run_acceptance", explode)
+    monkeypatch.setattr(qa, "run_acceptance_with_outputs", explode)  # what the candidate rerun calls
     error = _refused(lanes, _request(repo, "task-c", base, lane_commit))
     assert str(error) == ("batch_integration_check_failed: the descriptor rerun could not complete: "
                           "no space left on device")
