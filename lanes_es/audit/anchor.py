@@ -150,22 +150,28 @@ def anchor_log(git: AnchorGit, root: str, batch_id: str, version: int,
         if previous.size == log.size:  # written before a crash kept this machine from remembering it
             git.save_anchor_state(batch_id, _state(log))
             return None
-    checkpoint = Checkpoint(batch_id, log.size, log.edge.root())
-    files = {CHECKPOINT_PATH: checkpoint.sign(key).encode()}
     previous_size = previous.size if previous else 0
     new = [fact for fact in log.facts if fact.version > previous_size]
     undescribed = [fact for fact in new if fact.commit not in described]
     if undescribed:  # the log was read whole after the ref was: read what that read missed
         described.update(git.describe(root, _requests(undescribed)))
-    files.update(_attestations(new, described, key))
+    files, settled = _anchor_files(batch_id, log, previous_size, new, described, key)
+    git.write(root, batch_id, parent, files, f"lanes-es checkpoint {batch_id} size {log.size}\n")
+    git.save_anchor_state(batch_id, _state(log))
+    return AnchorResult(size=log.size, previous_size=previous_size, attestations=len(new), summary=settled,
+                        incremental=log.base is not None)
+
+
+def _anchor_files(batch_id: str, log: _Log, previous_size: int, new: list[IntegrationFact],
+                  described: dict[str, tuple[str, bytes | None]], key: Signer) -> tuple[dict[str, bytes], bool]:
+    """The checkpoint, the new attestations and, when the batch settled since `previous_size`, the summary."""
+    checkpoint = Checkpoint(batch_id, log.size, log.edge.root())
+    files = {CHECKPOINT_PATH: checkpoint.sign(key).encode(), **_attestations(new, described, key)}
     settled = _settled_state(event for event in log.events if event.originator_version > previous_size)
     if settled is not None:
         summary = summary_statement(batch_id, settled, checkpoint.size, checkpoint.root.hex(), log.fold.integrated)
         files[SUMMARY_PATH] = envelope_bytes(sign_envelope(statement_bytes(summary), key))
-    git.write(root, batch_id, parent, files, f"lanes-es checkpoint {batch_id} size {checkpoint.size}\n")
-    git.save_anchor_state(batch_id, _state(log))
-    return AnchorResult(size=checkpoint.size, previous_size=previous_size, attestations=len(new),
-                        summary=settled is not None, incremental=log.base is not None)
+    return files, settled is not None
 
 
 def _whole(batch_id: str, read_rows: Callable[[int], Sequence[StoredEvent]]) -> _Log:

@@ -4,6 +4,8 @@ attestations, and the batch branch against them.
 - The log against the checkpoint: the same size and root; or a longer log whose first
   `size` events have the checkpoint's root (the checkpoint is behind: a note, not a
   finding, until the next tick writes it); a shorter log, or another root, is a finding.
+- Every checkpoint the ref's history holds: signed, of this batch, sizes never shrinking,
+  and each consistent with the newest one the log holds (RFC 9162 consistency proofs).
 - Each attestation: its signature, and the integration it names against the log's.
 - The batch branch: its first-parent history from the base up to the last attested
   commit is exactly the attested commits with the attested trees (commits the batch
