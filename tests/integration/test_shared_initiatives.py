@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,81 @@ def test_two_first_commands_at_once_agree_on_one_repository_id(tmp_path):
     ids = {process.communicate(timeout=60)[0].strip() for process in processes}
     assert len(ids) == 1 and len(ids.pop()) == 32
     assert [path.name for path in (common / "lanes-es").iterdir()] == ["repository-id"]
+
+
+# ---------------------------------------------------------------- confirmations given at once
+
+
+def test_confirmations_given_at_once_by_several_processes_start_one_batch(tmp_path, store_url, capsys):
+    engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"])}, slug=SLUG,
+                           store_url=store_url)
+    store = engine.service.store
+    command = [sys.executable, "-m", "tools.cli", "--root", engine.root, "authorize", SLUG, "--yes", "--json"]
+    other = EventStore(store.url, lock_dir=store.lock_dir)
+    try:
+        # Each process decides its confirmation (minting a batch id) before it waits for the lock held
+        # here; released, they record one after another, each on what the one before it wrote.
+        with other.batch_lock(store.initiative_lock_name(SLUG)):
+            processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         for _ in range(4)]
+            time.sleep(2.5)
+    finally:
+        other.close()
+    outputs = [process.communicate(timeout=120) for process in processes]
+    results = [(process.returncode, *output) for process, output in zip(processes, outputs)]
+    assert all(code == 0 for code, _, _ in results), results
+    printed = {json.loads(out)["batch_id"] for _, out, _ in results}
+    initiative = engine.service.initiative(SLUG)
+    assert len(printed) == 1 and initiative.batch_ids() == list(printed)
+    code, out, err = cli(engine.root, "tick", SLUG, "--json", capsys=capsys)
+    assert code == 0, err
+    assert json.loads(out)["batch_state"] == "running"
+
+
+def test_an_authorization_whose_append_lost_the_race_rereads_and_records_nothing_twice(tmp_path, store_url):
+    engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])}, slug=SLUG, store_url=store_url)
+    store = engine.service.store
+    mine = engine.service.confirmation(SLUG)
+    theirs = engine.service.confirmation(SLUG)
+    assert mine.batch_id != theirs.batch_id  # each decided on an Initiative with no batch yet
+
+    save = store.save
+
+    def save_after_the_other_writer(*aggregates):
+        # A writer that bypassed the lock appends its confirmation between this one's read and its append.
+        store.save = save
+        writer = EventStore(store.url, repository_id=store.repository_id)
+        initiative = writer.new_initiative("2026-01-01T00:00:00.000Z", SLUG)
+        initiative.authorize(at="2026-01-01T00:00:00.000Z", batch_id=theirs.batch_id, plan_digest=theirs.plan_digest,
+                             base_head=theirs.base_head, branch=f"imm/{SLUG}", budget=theirs.budget,
+                             max_parallel=theirs.max_parallel, children=theirs.children, confirmation_ref="theirs",
+                             final_verification=None, delegate_revisions=False, resumes=False,
+                             repository_id=store.repository_id)
+        writer.save(initiative)
+        writer.close()
+        return save(*aggregates)
+
+    store.save = save_after_the_other_writer
+    recorded = engine.service.authorize(mine)
+    assert recorded.batch_id == theirs.batch_id  # the same yes, given twice: the first one stands
+    assert engine.service.initiative(SLUG).batch_ids() == [theirs.batch_id]
+    aggregate = engine.service.initiative(SLUG).id
+    assert [row.originator_version for row in store.stored_events(aggregate)] == [1, 2]
+
+
+def test_a_confirmation_overtaken_by_a_different_one_is_refused_and_writes_nothing(tmp_path, store_url, capsys):
+    engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"])}, slug=SLUG,
+                           store_url=store_url)
+    mine = engine.service.confirmation(SLUG, max_parallel=1)
+    code, out, err = cli(engine.root, "authorize", SLUG, "--yes", "--max-parallel", "2", capsys=capsys)
+    assert code == 0, err
+    theirs = out.strip()
+    aggregate = engine.service.initiative(SLUG).id
+    before = engine.service.store.stored_events(aggregate)
+    from lanes_es.service import ServiceError
+
+    with pytest.raises(ServiceError) as refused:
+        engine.service.authorize(mine)
+    assert refused.value.code == "confirmation_superseded"
+    assert theirs in str(refused.value) and f"lanes-es authorize {SLUG}" in str(refused.value)
+    assert engine.service.store.stored_events(aggregate) == before
