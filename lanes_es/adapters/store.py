@@ -142,8 +142,18 @@ class StructMapper(Mapper[str]):
         return msgspec.convert(fields, type=cls)
 
 
-# SQLite waits this long for another process's write to end before it reports busy.
+# SQLite waits this long for another process's write to end before it reports busy
+# (LANES_ES_SQLITE_BUSY_SECONDS sets another, e.g. for a test that holds a write past it).
 SQLITE_BUSY_SECONDS = 15
+
+
+def sqlite_busy_seconds() -> int:
+    """Whole seconds (eventsourcing's SQLITE_LOCK_TIMEOUT is an integer); a bad value keeps the default."""
+    try:
+        seconds = int(os.environ.get("LANES_ES_SQLITE_BUSY_SECONDS", SQLITE_BUSY_SECONDS))
+    except ValueError:
+        return SQLITE_BUSY_SECONDS
+    return seconds if seconds > 0 else SQLITE_BUSY_SECONDS
 
 
 class DurableSQLitePool(SQLiteConnectionPool):
@@ -210,7 +220,7 @@ def store_env(url: str, read_only: bool = False) -> dict[str, str]:
                          f"or memory: with --store or LANES_ES_STORE")
     database = sqlite_database(path, read_only)
     env.update({"PERSISTENCE_MODULE": get_topic(DurableSQLiteFactory), "SQLITE_DBNAME": database,
-                "SQLITE_LOCK_TIMEOUT": str(SQLITE_BUSY_SECONDS)})
+                "SQLITE_LOCK_TIMEOUT": str(sqlite_busy_seconds())})
     if database != path and database != ":memory:":
         env["CREATE_TABLE"] = "no"  # opened read-only: the tables are there or the store is not lanes-es's
     return env
@@ -283,7 +293,7 @@ class EventStore:
         except OperationalError as error:
             if "locked" not in str(error) and "busy" not in str(error):
                 raise
-            raise StoreBusy(f"the store {self.url} stayed locked by other writers for {SQLITE_BUSY_SECONDS} s "
+            raise StoreBusy(f"the store {self.url} stayed locked by other writers for {sqlite_busy_seconds()} s "
                             f"({error}); nothing was written, run the command again") from error
         return count
 

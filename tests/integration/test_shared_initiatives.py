@@ -6,6 +6,7 @@ repository they belong to only; and two confirmations given at once never mint t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -222,3 +223,42 @@ def test_a_confirmation_overtaken_by_a_different_one_is_refused_and_writes_nothi
     assert refused.value.code == "confirmation_superseded"
     assert theirs in str(refused.value) and f"lanes-es authorize {SLUG}" in str(refused.value)
     assert engine.service.store.stored_events(aggregate) == before
+
+
+# ---------------------------------------------------------------- SQLite's busy timeout
+
+
+@pytest.mark.parametrize("command", ["authorize", "tick"])
+def test_a_write_held_past_the_sqlite_busy_timeout_is_the_busy_outcome(tmp_path, command):
+    """SQLite only: its writers queue on the file's write lock for the busy timeout (PostgreSQL has none;
+    its appends wait on row locks of their own batch, which the batch lock keeps to one tick)."""
+    import sqlite3
+
+    store_path = tmp_path / "store" / "events.sqlite"
+    engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])}, slug=SLUG, store_url=str(store_path))
+    if command == "tick":
+        engine.authorize()
+        engine.tick()  # the batch runs; the next tick has an offer to record
+        lane = engine.provision("task-a", engine.tick())
+        argv = ["tick", SLUG, "--offer", f"task-a={lane}"]
+    else:
+        argv = ["authorize", SLUG, "--yes"]
+    rows = lambda: sqlite3.connect(store_path).execute("SELECT COUNT(*) FROM stored_events").fetchone()[0]
+    before = rows()
+    state_dir = Path(engine.root) / ".imm" / "state" / "batches"
+    projections = {path.name: path.read_bytes() for path in state_dir.glob("*.json")} if state_dir.exists() else {}
+    holder = sqlite3.connect(store_path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another writer's transaction, held past the timeout
+    try:
+        done = subprocess.run([str(Path(sys.prefix) / "bin" / "lanes-es"), "--root", engine.root, "--store",
+                               str(store_path), *argv], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "LANES_ES_SQLITE_BUSY_SECONDS": "1"})
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "stayed locked by other writers for 1 s" in lines[0] and "nothing was written" in lines[0]
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    assert rows() == before
+    assert {path.name: path.read_bytes() for path in state_dir.glob("*.json")} == projections
