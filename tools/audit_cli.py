@@ -173,7 +173,7 @@ def replay_command(store: Any, batch_id: str, at_version: int | None = None, as_
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-SPOOL_BYTES = 8 << 20  # a replay's output beyond this goes to a temporary file, not memory
+SPOOL_BYTES = 1 << 20  # a replay's output beyond this goes to a temporary file, not memory
 
 
 def replay_streamed(store: Any, batch_id: str, at_version: int | None, on_step: Callable[[TimelineRow], None],
