@@ -307,26 +307,68 @@ class LanesService:
                                           else flake_reruns or current.flake_reruns or 0))
 
     def authorize(self, confirmation: Confirmation) -> ev.BatchAuthorized:
-        """Record the literal user's yes to `confirmation` on the Initiative."""
-        with self._locked(f"initiative-{confirmation.slug}", DEFAULT_LOCK_WAIT):
-            now = self.now()
-            initiative = self.store.initiative(confirmation.slug) or Initiative.register(at=now, slug=confirmation.slug)
-            ref = f"lanes-es-confirm-{uuid.uuid4().hex[:16]}"
-            try:
-                initiative.authorize(
-                    at=now, batch_id=confirmation.batch_id, plan_digest=confirmation.plan_digest,
-                    base_head=confirmation.base_head, branch=batch_branch_name(confirmation.slug),
-                    budget=confirmation.budget, max_parallel=confirmation.max_parallel,
-                    children=confirmation.children, confirmation_ref=ref,
-                    final_verification=confirmation.final_verification,
-                    delegate_revisions=confirmation.delegate_revisions, resumes=confirmation.resumes,
-                    repository=self.root, integration=confirmation.integration,
-                    verify_workers=confirmation.verify_workers, flake_reruns=confirmation.flake_reruns)
-            except TransitionRefused as error:
-                raise ServiceError("confirmation_failed", str(error)) from None
-            self.store.save(initiative)
-            self.adapters.ensure_state_ignored(self.root)
-            return initiative.authorizations[-1]
+        """Record the literal user's yes to `confirmation` on the Initiative.
+
+        The confirmation was decided on the Initiative as it stood before the user answered; it is
+        decided again on the Initiative as it stands now (`_still_confirms`), so two confirmations given
+        at once never mint two batches. The append carries the Initiative's version: an append that lost
+        a race to another writer rereads and decides again.
+        """
+        with self._locked(self.store.initiative_lock_name(confirmation.slug), DEFAULT_LOCK_WAIT):
+            for attempt in range(LOST_RACE_RETRIES + 1):
+                initiative = self.store.initiative(confirmation.slug)
+                standing = self._still_confirms(initiative, confirmation)
+                if standing is not None:
+                    return standing
+                now = self.now()
+                initiative = initiative or self.store.new_initiative(now, confirmation.slug)
+                try:
+                    initiative.authorize(
+                        at=now, batch_id=confirmation.batch_id, plan_digest=confirmation.plan_digest,
+                        base_head=confirmation.base_head, branch=batch_branch_name(confirmation.slug),
+                        budget=confirmation.budget, max_parallel=confirmation.max_parallel,
+                        children=confirmation.children, confirmation_ref=f"lanes-es-confirm-{uuid.uuid4().hex[:16]}",
+                        final_verification=confirmation.final_verification,
+                        delegate_revisions=confirmation.delegate_revisions, resumes=confirmation.resumes,
+                        repository=self.root, repository_id=self.store.repository_id,
+                        integration=confirmation.integration,
+                        verify_workers=confirmation.verify_workers, flake_reruns=confirmation.flake_reruns)
+                except TransitionRefused as error:
+                    raise ServiceError("confirmation_failed", str(error)) from None
+                try:
+                    self.store.save(initiative)
+                except StoreConflict:
+                    if attempt == LOST_RACE_RETRIES:
+                        raise ServiceError("confirmation_superseded",
+                                           f"Initiative {confirmation.slug} kept changing while this confirmation was "
+                                           f"recorded; nothing was written: run `lanes-es authorize "
+                                           f"{confirmation.slug}` again") from None
+                    continue
+                self.adapters.ensure_state_ignored(self.root)
+                return initiative.authorizations[-1]
+        raise AssertionError("unreachable")
+
+    def _still_confirms(self, initiative: Initiative | None, confirmation: Confirmation) -> ev.BatchAuthorized | None:
+        """None when `confirmation` still applies to the Initiative as it now stands (record it). When another
+        confirmation started a batch meanwhile, that batch's authorization if it has the very facts this one
+        confirmed (the same yes, given twice: nothing more is written), else the refusal `confirmation_superseded`."""
+        current = initiative.current if initiative else None
+        recorded = self.store.batch(current.batch_id) if current else None
+        open_batch = current if current is not None and not (recorded and is_terminal(recorded.batch_state)) else None
+        known = initiative.batch_ids() if initiative else []
+        if open_batch is not None and open_batch.batch_id == confirmation.batch_id:
+            return None
+        if open_batch is None and confirmation.batch_id not in known:
+            return None
+        if open_batch is not None and confirmation.batch_id not in known and (
+                open_batch.plan_digest, open_batch.base_head, open_batch.max_parallel, open_batch.budget) == (
+                confirmation.plan_digest, confirmation.base_head, confirmation.max_parallel, confirmation.budget):
+            return open_batch
+        now_open = f"batch {open_batch.batch_id} is now its open batch" if open_batch else "it has no open batch now"
+        raise ServiceError("confirmation_superseded",
+                           f"Initiative {confirmation.slug} changed while this confirmation was given ({now_open}; "
+                           f"this one was for batch {confirmation.batch_id}); nothing was written: run `lanes-es "
+                           f"authorize {confirmation.slug}` again to confirm it as it now stands")
 
     # ------------------------------------------------------------ tick
 

@@ -13,14 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, TextIO
 
 import msgspec
 
-from lanes_es.audit.chain import chain_head, verify_stored
+from lanes_es.audit.chain import StoredLogCheck, chain_head, verify_stored
 from lanes_es.audit.export import ExportError, read_export_rows, stored_lines, write_lines
-from lanes_es.audit.replay import ReplayRangeError, ReplayResult, TerminalProgress, replay
+from lanes_es.audit.replay import (Replay, ReplayRangeError, ReplayResult, TerminalProgress, chain_breaks_up_to,
+                                   check_range)
 from lanes_es.audit.verify import Finding, VerifyReport, verify_batch, verify_export_events
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.errors import naming
@@ -151,38 +153,116 @@ def load_rows(store: Any, batch_id: str) -> list[Any]:
 
 def replay_command(store: Any, batch_id: str, at_version: int | None = None, as_json: bool = False,
                    out: TextIO | None = None, err: TextIO | None = None, anchors: AnchorMarks | None = None) -> int:
+    """Replay the log as it streams from the store, a page of rows at a time: each step is written to a
+    spool (memory, then a temporary file) as it is replayed, so memory stays flat however long the log,
+    and the output is written whole once every check ran (a refusal prints nothing)."""
     out, err = out or sys.stdout, err or sys.stderr
-    events, stored_breaks = load_batch(store, batch_id)
-    progress = TerminalProgress(stream=err)
-    try:
-        result = replay(events, at_version, progress=progress, chain_breaks=stored_breaks)
-    except ReplayRangeError as error:
-        raise ServiceError("invalid_input", str(error)) from None
-    finally:
-        progress.finish()
     anchors = anchors or AnchorMarks()
-    if as_json:
-        document = msgspec.to_builtins(result)
-        document["anchors"] = msgspec.to_builtins(anchors)
-        # msgspec writes the same bytes as json.dumps(indent=2, ensure_ascii=False), several times faster
-        out.write(msgspec.json.format(msgspec.json.encode(document), indent=2).decode() + "\n")
-    else:
-        _print_replay(result, result.failures, at_version is not None, out, anchors)
+    progress = TerminalProgress(stream=err)
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES, mode="w+", encoding="utf-8") as spool:
+        steps = _JsonSteps(spool) if as_json else _TextSteps(spool, anchors)
+        try:
+            result, count = replay_streamed(store, batch_id, at_version, steps, progress)
+        finally:
+            progress.finish()
+        if as_json:
+            _write_json_replay(result, count, anchors, spool, out)
+        else:
+            _copy(spool, out)
+            _print_replay_end(result, count, at_version is not None, out)
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
-def _print_replay(result: ReplayResult, failures: list[Any], show_record: bool, out: TextIO,
-                  anchors: AnchorMarks) -> None:
-    previous_at = None
-    for step in result.steps:
-        if step.at != previous_at:
+SPOOL_BYTES = 1 << 20  # a replay's output beyond this goes to a temporary file, not memory
+
+
+def replay_streamed(store: Any, batch_id: str, at_version: int | None, on_step: Callable[[TimelineRow], None],
+                    progress: Callable[[int, int], None]) -> tuple[ReplayResult, int]:
+    """`replay` over the store's rows as they stream (every row and chain check of `verify_stored`, each
+    step checked); the result carries no steps: each went to `on_step`. Returns it and the step count."""
+    from lanes_es.adapters.log_reader import newest_version, stream_rows
+
+    if not is_valid_id(batch_id):
+        raise ServiceError("invalid_input", f"{batch_id!r} is not a batch id")
+    total = newest_version(store, batch_id)
+    check = StoredLogCheck()
+    walk = Replay(on_step=on_step)
+    rows = newest = 0
+    for row in stream_rows(store, batch_id):
+        rows += 1
+        event = check.feed(row)
+        if event is not None:
+            newest = event.originator_version
+            if at_version is None or newest <= at_version:
+                walk.step(event)
+        progress(rows, max(total, rows))
+    if not rows:
+        raise ServiceError("batch_not_found", f"the store has no batch {batch_id}; `lanes-es status SLUG` names "
+                                              f"an Initiative's batch")
+    try:
+        check_range(at_version, newest)
+    except ReplayRangeError as error:
+        raise ServiceError("invalid_input", str(error)) from None
+    return walk.result(chain_breaks_up_to(check.breaks(), at_version)), walk.count
+
+
+class _JsonSteps:
+    """Each step as it sits in the `steps` list of the whole document (msgspec's indent=2, two levels in)."""
+
+    def __init__(self, spool: TextIO) -> None:
+        self.spool = spool
+        self.encode = msgspec.json.Encoder().encode
+        self.written = 0
+
+    def __call__(self, step: TimelineRow) -> None:
+        text = msgspec.json.format(self.encode(step), indent=2).decode()
+        self.spool.write(("\n" if not self.written else ",\n") + "    " + text.replace("\n", "\n    "))
+        self.written += 1
+
+
+def _write_json_replay(result: ReplayResult, count: int, anchors: AnchorMarks, spool: Any, out: TextIO) -> None:
+    """The very bytes of `json.dumps(document, indent=2)` of the whole result, its steps copied from the spool."""
+    document = msgspec.to_builtins(result)
+    head = {key: document.pop(key) for key in ("batch_id", "version", "head")}
+    document.pop("steps")
+    document["anchors"] = msgspec.to_builtins(anchors)
+    out.write(msgspec.json.format(msgspec.json.encode(head), indent=2).decode()[:-2] + ',\n  "steps": [')
+    if count:
+        _copy(spool, out)
+        out.write("\n  ]")
+    else:
+        out.write("]")
+    out.write("," + msgspec.json.format(msgspec.json.encode(document), indent=2).decode()[1:] + "\n")
+
+
+def _copy(spool: Any, out: TextIO) -> None:
+    spool.seek(0)
+    while chunk := spool.read(1 << 16):
+        out.write(chunk)
+
+
+class _TextSteps:
+    """A step a line, a `-- tick` line where the tick changes, and what the anchors mark at it."""
+
+    def __init__(self, spool: TextIO, anchors: AnchorMarks) -> None:
+        self.spool = spool
+        self.anchors = anchors
+        self.previous_at: str | None = None
+
+    def __call__(self, step: TimelineRow) -> None:
+        out = self.spool
+        if step.at != self.previous_at:
             out.write(f"-- tick {step.at}\n")
-            previous_at = step.at
+            self.previous_at = step.at
         out.write(step_text(step) + "\n")
-        if step.version in anchors.attested:
-            out.write(f"{'':>8}attested: {anchors.attested[step.version]}\n")
-        for root in anchors.checkpoint_at(step.version):
+        if step.version in self.anchors.attested:
+            out.write(f"{'':>8}attested: {self.anchors.attested[step.version]}\n")
+        for root in self.anchors.checkpoint_at(step.version):
             out.write(f"-- checkpoint signed: {step.version} events, root {root}\n")
+
+
+def _print_replay_end(result: ReplayResult, count: int, show_record: bool, out: TextIO) -> None:
+    failures = result.failures
     for failure in failures:
         out.write(f"FAIL {failure.describe()}\n")
     if result.checks_stopped_at is not None:
@@ -190,7 +270,7 @@ def _print_replay(result: ReplayResult, failures: list[Any], show_record: bool, 
                   f"trustworthy)\n")
     state = result.record["batch_state"] if result.record else "none"
     verdict = "every check holds" if not failures else f"{len(failures)} check(s) failed"
-    out.write(f"replayed {len(result.steps)} events of {result.batch_id} to version {result.version}: "
+    out.write(f"replayed {count} events of {result.batch_id} to version {result.version}: "
               f"batch {state}, chain head {result.head}; {verdict}\n")
     if show_record and result.record is not None:
         out.write(f"record as of version {result.version}:\n")

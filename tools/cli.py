@@ -240,8 +240,9 @@ def _authorize(args: argparse.Namespace) -> int:
             raise ServiceError("confirmation_declined", "nothing was recorded")
     authorization = service.authorize(confirmation)
     if args.json:
-        print(json.dumps({"batch_id": authorization.batch_id, "confirmation_time": authorization.confirmation_time,
-                          **facts}, indent=2))
+        # the batch recorded: another coordinator's, when it confirmed the very same facts first
+        print(json.dumps({**facts, "batch_id": authorization.batch_id,
+                          "confirmation_time": authorization.confirmation_time}, indent=2))
     else:
         print(authorization.batch_id)
     return 0

@@ -127,8 +127,20 @@ class RealAdapters:
 
 def open_store(repository: Repository, url: str | None = None, read_only: bool = False) -> EventStore:
     """The store of `url` (else $LANES_ES_STORE, else the repository's); `read_only` for commands that only read."""
+    from lanes_es.adapters.store_open import repository_id
+
     resolved = store_url_from_env(url, repository.common_dir)
-    return EventStore(resolved, lock_dir=repository.common_dir / "lanes-es" / "locks", read_only=read_only)
+    return EventStore(resolved, lock_dir=repository.common_dir / "lanes-es" / "locks", read_only=read_only,
+                      repository_id=repository_id(repository.common_dir, create=not read_only),
+                      owns_checkout=lambda path: _same_repository(repository, path))
+
+
+def _same_repository(repository: Repository, path: str) -> bool:
+    """Whether a checkout path (as an authorization recorded it) is a worktree of `repository` on this machine."""
+    if Path(path) == repository.root:
+        return True
+    found = find_checkout(path) if Path(path).is_dir() else None
+    return found is not None and found.common_dir.resolve() == repository.common_dir.resolve()
 
 
 def build_service(root: str | os.PathLike[str] = ".", store_url: str | None = None,

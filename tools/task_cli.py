@@ -114,9 +114,11 @@ def coordinator_view(lane: str, task: str) -> dict[str, Any] | None:
     slug = head.split("/")[3]
     try:
         from lanes_es.adapters.store import EventStore, store_url_from_env
+        from lanes_es.adapters.store_open import repository_id
         from lanes_es.errors import Refusal
 
-        store = EventStore(store_url_from_env(None, found.common_dir), read_only=True)
+        store = EventStore(store_url_from_env(None, found.common_dir), read_only=True,
+                           repository_id=repository_id(found.common_dir, create=False))
         initiative = store.initiative(slug)
         batch = store.batch(initiative.current.batch_id) if initiative and initiative.current else None
     except (Refusal, OSError):

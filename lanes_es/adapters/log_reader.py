@@ -33,13 +33,24 @@ class EventDecoder:
 
 def stream_events(store: Any, aggregate_id: str, page: int = PAGE) -> Iterator[Any]:
     """Every event of one aggregate, oldest first, `page` rows in memory at a time."""
-    recorder = store.app.recorder
     decode = EventDecoder(store.app.mapper)
+    for row in stream_rows(store, aggregate_id, page):
+        yield decode(row)
+
+
+def stream_rows(store: Any, aggregate_id: str, page: int = PAGE) -> Iterator[Any]:
+    """Every stored row of one aggregate, as written, oldest first, `page` rows in memory at a time."""
+    recorder = store.app.recorder
     after: int | None = None
     while True:
         rows = recorder.select_events(aggregate_id, gt=after, limit=page)
-        for row in rows:
-            yield decode(row)
+        yield from rows
         if len(rows) < page:
             return
         after = rows[-1].originator_version
+
+
+def newest_version(store: Any, aggregate_id: str) -> int:
+    """The version of an aggregate's newest stored row (0 for none): one row read."""
+    rows = store.app.recorder.select_events(aggregate_id, desc=True, limit=1)
+    return rows[0].originator_version if rows else 0

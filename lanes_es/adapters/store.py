@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, unquote, urlparse
 
 import msgspec
@@ -32,7 +32,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
-from lanes_es.domain.initiative import Initiative, initiative_id
+from lanes_es.domain.initiative import Initiative, initiative_id, slug_of
 from lanes_es.adapters.store_open import CONNECT_TIMEOUT, VERIFY_HINT, probe_postgres, sqlite_database
 from lanes_es.errors import Refusal
 
@@ -142,8 +142,18 @@ class StructMapper(Mapper[str]):
         return msgspec.convert(fields, type=cls)
 
 
-# SQLite waits this long for another process's write to end before it reports busy.
+# SQLite waits this long for another process's write to end before it reports busy
+# (LANES_ES_SQLITE_BUSY_SECONDS sets another, e.g. for a test that holds a write past it).
 SQLITE_BUSY_SECONDS = 15
+
+
+def sqlite_busy_seconds() -> int:
+    """Whole seconds (eventsourcing's SQLITE_LOCK_TIMEOUT is an integer); a bad value keeps the default."""
+    try:
+        seconds = int(os.environ.get("LANES_ES_SQLITE_BUSY_SECONDS", SQLITE_BUSY_SECONDS))
+    except ValueError:
+        return SQLITE_BUSY_SECONDS
+    return seconds if seconds > 0 else SQLITE_BUSY_SECONDS
 
 
 class DurableSQLitePool(SQLiteConnectionPool):
@@ -210,7 +220,7 @@ def store_env(url: str, read_only: bool = False) -> dict[str, str]:
                          f"or memory: with --store or LANES_ES_STORE")
     database = sqlite_database(path, read_only)
     env.update({"PERSISTENCE_MODULE": get_topic(DurableSQLiteFactory), "SQLITE_DBNAME": database,
-                "SQLITE_LOCK_TIMEOUT": str(SQLITE_BUSY_SECONDS)})
+                "SQLITE_LOCK_TIMEOUT": str(sqlite_busy_seconds())})
     if database != path and database != ":memory:":
         env["CREATE_TABLE"] = "no"  # opened read-only: the tables are there or the store is not lanes-es's
     return env
@@ -221,11 +231,21 @@ class LanesApplication(Application[str]):
 
 
 class EventStore:
-    """Load and save the two aggregates; read a batch's raw log for audit and rebuild."""
+    """Load and save the two aggregates; read a batch's raw log for audit and rebuild.
 
-    def __init__(self, url: str, lock_dir: Path | None = None, read_only: bool = False) -> None:
+    `repository_id` names the repository (clone) this store is opened for: its Initiatives are
+    keyed by it, so repositories sharing a store never share one (None: keyed by slug alone, as
+    stores before repository ids were). `owns_checkout(path)` tells whether a checkout path that
+    an old authorization recorded is one of this repository's; it decides, with the claim of a
+    newer authorization, which repository an Initiative keyed by slug alone belongs to.
+    """
+
+    def __init__(self, url: str, lock_dir: Path | None = None, read_only: bool = False,
+                 repository_id: str | None = None, owns_checkout: Callable[[str], bool] | None = None) -> None:
         self.url = url
         self.lock_dir = lock_dir
+        self.repository_id = repository_id
+        self.owns_checkout = owns_checkout
         env = store_env(url, read_only)
         if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
             probe_postgres(url, env)
@@ -273,7 +293,7 @@ class EventStore:
         except OperationalError as error:
             if "locked" not in str(error) and "busy" not in str(error):
                 raise
-            raise StoreBusy(f"the store {self.url} stayed locked by other writers for {SQLITE_BUSY_SECONDS} s "
+            raise StoreBusy(f"the store {self.url} stayed locked by other writers for {sqlite_busy_seconds()} s "
                             f"({error}); nothing was written, run the command again") from error
         return count
 
@@ -281,7 +301,30 @@ class EventStore:
         return self._aggregate(batch_id, version)
 
     def initiative(self, slug: str) -> Initiative | None:
-        return self._aggregate(initiative_id(slug))
+        """This repository's Initiative of `slug`: keyed by the repository id, else one keyed by slug alone
+        (written before repository ids) that belongs to this repository."""
+        if self.repository_id is not None:
+            own = self._aggregate(initiative_id(slug, self.repository_id))
+            if own is not None:
+                return own
+        legacy = self._aggregate(initiative_id(slug))
+        return legacy if legacy is not None and self._belongs_here(legacy) else None
+
+    def new_initiative(self, at: str, slug: str) -> Initiative:
+        return Initiative.register(at=at, slug=slug, repository_id=self.repository_id)
+
+    def initiative_lock_name(self, slug: str) -> str:
+        """The lock `authorize` holds: per repository too, so repositories sharing a store never wait on each other."""
+        return f"initiative-{self.repository_id}-{slug}" if self.repository_id else f"initiative-{slug}"
+
+    def _belongs_here(self, legacy: Initiative) -> bool:
+        """An Initiative keyed by slug alone is this repository's when an authorization claimed it for this
+        repository, or, unclaimed, when every checkout its authorizations recorded is one of this
+        repository's (those from before v2 recorded none: a store was then one repository's)."""
+        if legacy.owner is not None:
+            return legacy.owner == self.repository_id
+        recorded = [a.repository for a in legacy.authorizations if a.repository]
+        return self.owns_checkout is None or all(self.owns_checkout(path) for path in recorded)
 
     def _aggregate(self, aggregate_id: str, version: int | None = None) -> Any:
         """The aggregate as of `version`, None when absent; a log that cannot be folded is a damaged store."""
@@ -309,21 +352,26 @@ class EventStore:
         """The raw stored records (after version `after`), for verification that must not trust decoding alone."""
         return list(self.app.recorder.select_events(aggregate_id, gt=after or None))
 
-    def initiative_slugs(self) -> list[str]:
+    def initiative_ids(self) -> list[str]:
+        """Every Initiative's aggregate id, of every repository sharing the store, in the order registered."""
         topic = get_topic(ev.InitiativeRegistered)
-        slugs: list[str] = []
+        ids: list[str] = []
         start = 1
         while True:
             page = self.app.recorder.select_notifications(start=start, limit=500, topics=[topic])
             if not page:
-                return slugs
-            slugs.extend(notification.originator_id.split(":", 1)[1] for notification in page)
+                return ids
+            ids.extend(notification.originator_id for notification in page)
             start = page[-1].id + 1
 
+    def initiative_slugs(self) -> list[str]:
+        return [slug_of(aggregate_id) for aggregate_id in self.initiative_ids()]
+
     def batch_ids(self) -> list[str]:
+        """Every batch of every repository sharing the store."""
         ids: list[str] = []
-        for slug in self.initiative_slugs():
-            initiative = self.initiative(slug)
+        for aggregate_id in self.initiative_ids():
+            initiative = self._aggregate(aggregate_id)
             if initiative is not None:
                 ids.extend(initiative.batch_ids())
         return ids

@@ -10,6 +10,7 @@ Read-only commands open an existing SQLite store read-only, so they work on a re
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -121,3 +122,56 @@ def postgres_cause(message: str, env: dict[str, Any]) -> str:
         return f"has no database {env['POSTGRES_DBNAME']} on {where}: create it (createdb) or name another in the URL"
     first_line = message.strip().splitlines()[0] if message.strip() else "connection failed"
     return f"cannot be reached at {where}: {first_line}"
+
+
+# ---------------------------------------------------------------- the repository's id
+
+REPOSITORY_ID_FILE = "repository-id"
+_REPOSITORY_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def repository_id(common_dir: Path, create: bool) -> str | None:
+    """This clone's id in a shared store, made on first use at `<git common dir>/lanes-es/repository-id`.
+
+    It keys the clone's Initiatives (lanes_es/domain/initiative.py). A clone of the same project
+    elsewhere gets its own (it has its own batch branch and Lanes), while every worktree of this
+    clone reads this one, and it moves with the repository. `create` False (read-only commands):
+    None when none was made yet, and then this clone has no Initiative keyed by it.
+    """
+    path = common_dir / "lanes-es" / REPOSITORY_ID_FILE
+    if not path.exists() and create:
+        _make_repository_id(path)
+    try:
+        text = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as error:
+        raise _id_failure(path, f"cannot be read ({error}); check its owner and mode") from None
+    if not _REPOSITORY_ID.fullmatch(text):
+        raise _id_failure(path, "is not 32 hex digits: it was edited outside lanes-es; restore it from a backup "
+                                "(this repository's Initiatives in the store are keyed by it)")
+    return text
+
+
+def _id_failure(path: Path, cause: str) -> Exception:
+    from lanes_es.adapters.store import StoreError
+
+    return StoreError(f"this repository's id {path} {cause}")
+
+
+def _make_repository_id(path: Path) -> None:
+    """Written whole to a temporary file and linked into place: two first commands at once agree on one id."""
+    import uuid
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{REPOSITORY_ID_FILE}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        temporary.write_text(uuid.uuid4().hex + "\n", encoding="ascii")
+        try:
+            os.link(temporary, path)  # fails when another process linked its id first: that one stands
+        except FileExistsError:
+            pass
+        finally:
+            temporary.unlink()
+    except OSError as error:
+        raise _id_failure(path, f"cannot be made: {error.strerror}; make the directory writable") from None

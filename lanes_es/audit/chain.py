@@ -24,6 +24,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 import msgspec
 from eventsourcing.persistence import StoredEvent
+from eventsourcing.utils import resolve_topic
 
 from lanes_es.adapters.store import NullTranscoder, StructMapper, state_bytes
 from lanes_es.domain.events import canonical_bytes
@@ -79,38 +80,56 @@ def verify_chain(events: Sequence[Any]) -> list[ChainBreak]:
 
 
 def verify_links(links: Sequence[Link]) -> list[ChainBreak]:
-    """The walk both forms share. After a break it goes on from the stored digest, so one
-    edited event is reported once and the events after it are still checked against each other.
-    """
-    if not links:
-        return [ChainBreak(version=FIRST_VERSION, rule=EMPTY_LOG, message="the log holds no event")]
-    breaks: list[ChainBreak] = []
-    originator = links[0].originator_id
-    previous_digest = ""
-    previous_version = FIRST_VERSION - 1
+    """The walk both forms share (`_ChainWalk`), over links in memory."""
+    walk = _ChainWalk()
     for link in links:
-        version = link.version
+        walk.step(*link)
+    return walk.finish()
+
+
+class _ChainWalk:
+    """The links one at a time, so a log read a page at a time is checked as it streams. After a break it
+    goes on from the stored digest, so one edited event is reported once and the events after it are
+    still checked against each other.
+    """
+
+    def __init__(self) -> None:
+        self.breaks: list[ChainBreak] = []
+        self.originator: str | None = None
+        self.previous_digest = ""
+        self.previous_version = FIRST_VERSION - 1
+        self.links = 0
+
+    def step(self, originator_id: str, version: int, name: str, sealed: bytes, digest: str) -> None:
+        self.links += 1
+        if self.originator is None:
+            self.originator = originator_id
         link_checked = True
-        if link.originator_id != originator:
-            breaks.append(ChainBreak(version=version, rule=FOREIGN_EVENT,
-                                     message=f"event of {link.originator_id} inside the log of {originator}"))
+        if originator_id != self.originator:
+            self.breaks.append(ChainBreak(version=version, rule=FOREIGN_EVENT,
+                                          message=f"event of {originator_id} inside the log of {self.originator}"))
+        previous_version = self.previous_version
         if version <= previous_version:
-            breaks.append(ChainBreak(version=version, rule=VERSION_ORDER,
-                                     message=f"version {version} follows version {previous_version}"))
+            self.breaks.append(ChainBreak(version=version, rule=VERSION_ORDER,
+                                          message=f"version {version} follows version {previous_version}"))
             link_checked = False
         elif version != previous_version + 1:
-            breaks.append(_gap(previous_version, version))
+            self.breaks.append(_gap(previous_version, version))
             link_checked = False  # the missing event's digest is the link; the gap already says so
         if link_checked:
-            expected = hashlib.sha256(previous_digest.encode() + link.sealed).hexdigest()
-            if expected != link.digest:
-                breaks.append(ChainBreak(
+            expected = hashlib.sha256(self.previous_digest.encode() + sealed).hexdigest()
+            if expected != digest:
+                self.breaks.append(ChainBreak(
                     version=version, rule=DIGEST_MISMATCH,
-                    message=f"{link.name} does not match its digest (recomputed {expected[:12]}, "
-                            f"stored {link.digest[:12] or 'nothing'}): it was changed after it was sealed"))
-        previous_digest = link.digest
-        previous_version = max(previous_version, version)
-    return breaks
+                    message=f"{name} does not match its digest (recomputed {expected[:12]}, "
+                            f"stored {digest[:12] or 'nothing'}): it was changed after it was sealed"))
+        self.previous_digest = digest
+        self.previous_version = max(previous_version, version)
+
+    def finish(self) -> list[ChainBreak]:
+        if not self.links:
+            return [ChainBreak(version=FIRST_VERSION, rule=EMPTY_LOG, message="the log holds no event")]
+        return self.breaks
 
 
 def _gap(previous_version: int, version: int) -> ChainBreak:
@@ -137,23 +156,10 @@ def verify_rows(rows: Sequence[StoredEvent], events: Sequence[Any | None]) -> li
     A row whose key says version 5 but whose state is version 6 was swapped or
     copied; only the raw rows show that, since decoding reads the version from the state.
     """
-    breaks: list[ChainBreak] = []
-    previous_version = FIRST_VERSION - 1
+    check = StoredLogCheck()
     for row, event in zip(rows, events):
-        version = row.originator_version
-        if version <= previous_version:
-            breaks.append(ChainBreak(version=version, rule=VERSION_ORDER,
-                                     message=f"row {version} follows row {previous_version}"))
-        elif version != previous_version + 1:
-            breaks.append(_gap(previous_version, version))
-        previous_version = max(previous_version, version)
-        if event is not None and (event.originator_id != row.originator_id
-                                  or event.originator_version != version):
-            breaks.append(ChainBreak(
-                version=version, rule=ROW_MISMATCH,
-                message=f"the row of {row.originator_id} version {version} holds the event of "
-                        f"{event.originator_id} version {event.originator_version}"))
-    return breaks
+        check.check_row(row, event)
+    return check.row_breaks
 
 
 # ---------------------------------------------------------------- the stored form
@@ -169,70 +175,130 @@ def sealed_bytes(row: StoredEvent) -> bytes:
     key added to or removed from a row a change the chain sees. `ValueError` when the
     row's state is not a JSON object.
     """
+    return sealed_link(row)[0]
+
+
+def sealed_link(row: StoredEvent) -> tuple[bytes, str]:
+    """`sealed_bytes` and the digest the row carries ("" when none can be read), from one decode of the row."""
     try:
         fields = msgspec.json.decode(state_bytes(row))
     except msgspec.DecodeError as error:
         raise ValueError(f"not JSON ({error})") from None
     if not isinstance(fields, dict):
         raise ValueError("not a JSON object")
-    for key in _UNSEALED_KEYS:
-        fields.pop(key, None)
+    digest = fields.pop("digest", None)  # _UNSEALED_KEYS
     fields["event"] = _class_name(row.topic)
-    return _CANONICAL.encode(fields)
+    return _CANONICAL.encode(fields), digest if isinstance(digest, str) else ""
 
 
 def stored_digest(row: StoredEvent) -> str:
     """The digest a row carries, or "" when it carries none that can be read."""
     try:
-        fields = msgspec.json.decode(state_bytes(row))
-    except (msgspec.DecodeError, ValueError):
+        return sealed_link(row)[1]
+    except ValueError:
         return ""
-    digest = fields.get("digest") if isinstance(fields, dict) else None
-    return digest if isinstance(digest, str) else ""
+
+
+_CLASS_NAMES: dict[str, str] = {}
 
 
 def _class_name(topic: str) -> str:
     """`module:Outer.Name` -> `Name`, the `type(event).__name__` the event was sealed with."""
-    return topic.rpartition(":")[2].rpartition(".")[2]
+    name = _CLASS_NAMES.get(topic)
+    if name is None:
+        name = _CLASS_NAMES[topic] = topic.rpartition(":")[2].rpartition(".")[2]
+    return name
+
+
+class StoredLogCheck:
+    """Every check of a batch's stored rows, a row at a time, so a log can be checked as it streams.
+
+    `feed(row)` decodes the row (None when it does not decode: a break) and checks it: its
+    numbering, the event it holds against its key, and its link in the digest chain on its stored
+    form. `breaks()` gives every break found, oldest first, a version named by the row checks not
+    named again by the chain. A row whose state is not a JSON object has no link to check, and the
+    row after it has no previous digest to check against; both stay unchecked by the chain, since
+    the row is already named as undecodable.
+    """
+
+    def __init__(self) -> None:
+        self.undecodable: list[ChainBreak] = []
+        self.row_breaks: list[ChainBreak] = []
+        self._previous_version = FIRST_VERSION - 1
+        self._walk = _ChainWalk()
+        self._unreadable: set[int] = set()
+        self._mapper = StructMapper(NullTranscoder())
+        self._decoders: dict[str, Any] = {}
+
+    def feed(self, row: StoredEvent) -> Any | None:
+        event = self.decode(row)
+        self.check_row(row, event)
+        return event
+
+    def decode(self, row: StoredEvent) -> Any | None:
+        """The row's event with the store's own decoding; a row that does not decode is a break, not a crash."""
+        try:
+            if row.topic not in self._decoders:
+                cls = resolve_topic(row.topic)
+                # a class past v1 goes through the mapper (None here), which runs its upcasters
+                self._decoders[row.topic] = (msgspec.json.Decoder(cls).decode
+                                             if getattr(cls, "class_version", 1) == 1 else None)
+            decoder = self._decoders[row.topic]
+            return self._mapper.to_domain_event(row) if decoder is None else decoder(state_bytes(row))
+        except Exception as error:  # a tampered row may fail anywhere in decoding; name it, go on
+            cause = getattr(error, "cause", error)
+            self.undecodable.append(ChainBreak(version=row.originator_version, rule=UNDECODABLE,
+                                               message=f"the stored {_class_name(row.topic)} does not decode: {cause}"))
+            return None
+
+    def check_row(self, row: StoredEvent, event: Any | None) -> None:
+        version = row.originator_version
+        previous_version = self._previous_version
+        if version <= previous_version:
+            self.row_breaks.append(ChainBreak(version=version, rule=VERSION_ORDER,
+                                              message=f"row {version} follows row {previous_version}"))
+        elif version != previous_version + 1:
+            self.row_breaks.append(_gap(previous_version, version))
+        self._previous_version = max(previous_version, version)
+        if event is not None and (event.originator_id != row.originator_id or event.originator_version != version):
+            self.row_breaks.append(ChainBreak(
+                version=version, rule=ROW_MISMATCH,
+                message=f"the row of {row.originator_id} version {version} holds the event of "
+                        f"{event.originator_id} version {event.originator_version}"))
+        try:
+            sealed, digest = sealed_link(row)
+        except ValueError:
+            self._unreadable.add(version)
+            return
+        self._walk.step(row.originator_id, version, _class_name(row.topic), sealed, digest)
+
+    def chain_breaks(self) -> list[ChainBreak]:
+        if not self._walk.links:
+            return [] if self._unreadable else self._walk.finish()
+        return [found for found in self._walk.finish() if found.version not in self._unreadable]
+
+    def breaks(self) -> list[ChainBreak]:
+        breaks = [*self.undecodable, *self.row_breaks]
+        named = {found.version for found in breaks}
+        breaks.extend(found for found in self.chain_breaks() if found.version not in named)
+        breaks.sort(key=lambda found: found.version)
+        return breaks
 
 
 def verify_stored_chain(rows: Sequence[StoredEvent]) -> list[ChainBreak]:
-    """The digest chain of stored rows, on their stored form.
-
-    A row whose state is not a JSON object has no link to check, and the row after it
-    has no previous digest to check against; both stay unchecked here, since the row
-    is already named as undecodable.
-    """
-    links: list[Link] = []
-    unreadable: set[int] = set()
+    """The digest chain of stored rows, on their stored form (`StoredLogCheck`)."""
+    check = StoredLogCheck()
     for row in rows:
-        try:
-            sealed = sealed_bytes(row)
-        except ValueError:
-            unreadable.add(row.originator_version)
-            continue
-        links.append(Link(row.originator_id, row.originator_version, _class_name(row.topic), sealed,
-                          stored_digest(row)))
-    if not links:
-        return [] if unreadable else verify_links(links)
-    return [found for found in verify_links(links) if found.version not in unreadable]
+        check.check_row(row, None)
+    return check.chain_breaks()
 
 
 def decode_rows(rows: Iterable[StoredEvent]) -> tuple[list[StoredEvent], list[Any | None], list[ChainBreak]]:
-    """Decode each row with the store's own mapper; a row that does not decode is a break, not a crash."""
-    mapper = StructMapper(NullTranscoder())
+    """Decode each row with the store's own decoding; a row that does not decode is a break, not a crash."""
+    check = StoredLogCheck()
     kept = list(rows)
-    events: list[Any | None] = []
-    breaks: list[ChainBreak] = []
-    for row in kept:
-        try:
-            events.append(mapper.to_domain_event(row))
-        except Exception as error:  # a tampered row may fail anywhere in decoding; name it, go on
-            events.append(None)
-            cause = getattr(error, "cause", error)
-            breaks.append(ChainBreak(version=row.originator_version, rule=UNDECODABLE,
-                                     message=f"the stored {_class_name(row.topic)} does not decode: {cause}"))
-    return kept, events, breaks
+    events = [check.decode(row) for row in kept]
+    return kept, events, check.undecodable
 
 
 def verify_stored(rows: Iterable[StoredEvent]) -> tuple[list[Any], list[ChainBreak]]:
@@ -241,9 +307,9 @@ def verify_stored(rows: Iterable[StoredEvent]) -> tuple[list[Any], list[ChainBre
     A version named by the row checks is not named again by the chain check, so a
     deleted event is one finding, not two.
     """
-    kept, decoded, breaks = decode_rows(rows)
-    events = [event for event in decoded if event is not None]
-    return events, stored_breaks(kept, decoded, breaks)
+    check = StoredLogCheck()
+    events = [event for event in map(check.feed, rows) if event is not None]
+    return events, check.breaks()
 
 
 def stored_breaks(rows: Sequence[StoredEvent], decoded: Sequence[Any | None],
@@ -252,8 +318,8 @@ def stored_breaks(rows: Sequence[StoredEvent], decoded: Sequence[Any | None],
 
     `found` are breaks already named (rows that did not decode); a version named once is not named again.
     """
-    breaks = [*found, *verify_rows(rows, decoded)]
-    named = {found.version for found in breaks}
-    breaks.extend(found for found in verify_stored_chain(rows) if found.version not in named)
-    breaks.sort(key=lambda found: found.version)
-    return breaks
+    check = StoredLogCheck()
+    check.undecodable.extend(found)
+    for row, event in zip(rows, decoded):
+        check.check_row(row, event)
+    return check.breaks()

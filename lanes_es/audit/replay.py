@@ -64,51 +64,88 @@ class ReplayRangeError(ValueError):
 
 
 def replay(events: Sequence[Any], at_version: int | None = None, progress: Progress | None = None,
-           chain_breaks: Sequence[ChainBreak] | None = None) -> ReplayResult:
+           chain_breaks: Sequence[ChainBreak] | None = None, keep_steps: bool = True) -> ReplayResult:
     """Walk `events` (one batch's log, oldest first) up to `at_version`, checking every step.
 
     `chain_breaks` are the breaks already found on the stored form of a log read from a
     store or an export (`chain.verify_stored`); without them the chain is checked on the
-    events themselves, which holds only for events that were never upcast.
+    events themselves, which holds only for events that were never upcast. Without
+    `keep_steps` the result has no timeline rows (`verify` checks the steps, it shows none).
     """
     chosen = _up_to(events, at_version)
-    failures = [_from_break(found) for found in _chain_breaks(chosen, at_version, chain_breaks)]
-    record: dict[str, Any] | None = None
-    steps: list[TimelineRow] = []
-    stopped_at: int | None = None
+    walk = Replay(keep_steps=keep_steps)
     total = len(chosen)
     for index, event in enumerate(chosen, start=1):
-        steps.append(timeline_row(event))
-        if stopped_at is None:
-            record, failure = _step(record, event)
-            if failure is not None:
-                failures.append(failure)
-                stopped_at = event.originator_version
+        walk.step(event)
         if progress is not None:
             progress(index, total)
-    failures.sort(key=lambda failure: failure.version)
-    return ReplayResult(
-        batch_id=chosen[0].originator_id if chosen else "",
-        version=chosen[-1].originator_version if chosen else 0,
-        head=chosen[-1].digest if chosen else "",
-        steps=steps, record=record, failures=failures, checks_stopped_at=stopped_at,
-    )
+    return walk.result(_chain_breaks(chosen, at_version, chain_breaks))
+
+
+class Replay:
+    """The replay one event at a time, so a log read a page at a time is replayed as it streams.
+
+    Each step's timeline row goes to `on_step` (a streamed `replay --json` writes it out), else into
+    the result's steps, or nowhere without `keep_steps`.
+    """
+
+    def __init__(self, on_step: Callable[[TimelineRow], None] | None = None, keep_steps: bool = True) -> None:
+        self.steps: list[TimelineRow] = []
+        self._emit = on_step if on_step is not None else (self.steps.append if keep_steps else None)
+        self.record: dict[str, Any] | None = None
+        self.failures: list[ReplayFailure] = []
+        self.stopped_at: int | None = None
+        self.first: Any = None
+        self.last: Any = None
+        self.count = 0  # steps replayed
+
+    def step(self, event: Any) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = event
+        self.last = event
+        if self._emit is not None:
+            self._emit(timeline_row(event))
+        if self.stopped_at is None:
+            self.record, failure = _step(self.record, event)
+            if failure is not None:
+                self.failures.append(failure)
+                self.stopped_at = event.originator_version
+
+    def result(self, chain_breaks: Sequence[ChainBreak]) -> ReplayResult:
+        """The replay's result; the chain's breaks come first among failures of one version."""
+        failures = [*map(_from_break, chain_breaks), *self.failures]
+        failures.sort(key=lambda failure: failure.version)
+        return ReplayResult(
+            batch_id=self.first.originator_id if self.first is not None else "",
+            version=self.last.originator_version if self.last is not None else 0,
+            head=self.last.digest if self.last is not None else "",
+            steps=self.steps, record=self.record, failures=failures, checks_stopped_at=self.stopped_at,
+        )
+
+
+def check_range(at_version: int | None, newest: int) -> None:
+    """`ReplayRangeError` when `--at` names a version the log (newest version `newest`) does not have."""
+    if at_version is not None and (at_version < 1 or at_version > newest):
+        raise ReplayRangeError(f"version {at_version} is not in this log (versions 1 to {newest})")
 
 
 def _up_to(events: Sequence[Any], at_version: int | None) -> list[Any]:
     if at_version is None:
         return list(events)
-    newest = events[-1].originator_version if events else 0
-    if at_version < 1 or at_version > newest:
-        raise ReplayRangeError(f"version {at_version} is not in this log (versions 1 to {newest})")
+    check_range(at_version, events[-1].originator_version if events else 0)
     return [event for event in events if event.originator_version <= at_version]
+
+
+def chain_breaks_up_to(known: Sequence[ChainBreak], at_version: int | None) -> list[ChainBreak]:
+    return [found for found in known if at_version is None or found.version <= at_version]
 
 
 def _chain_breaks(chosen: list[Any], at_version: int | None,
                   known: Sequence[ChainBreak] | None) -> list[ChainBreak]:
     if known is None:
         return verify_chain(chosen) if chosen else []
-    return [found for found in known if at_version is None or found.version <= at_version]
+    return chain_breaks_up_to(known, at_version)
 
 
 def _from_break(found: ChainBreak) -> ReplayFailure:
@@ -166,29 +203,34 @@ SETTLED_BATCH_STATES = frozenset({"completed", "needs_human", "budget_stopped", 
 
 
 def refusal(record: dict[str, Any] | None, event: Any) -> str | None:
-    """Why `event` cannot follow the state `record` is in, or None when it can."""
-    if isinstance(event, ev.BatchPrepared):
+    """Why `event` cannot follow the state `record` is in, or None when it can.
+
+    By exact type (no event class derives from another; a negative isinstance on these classes costs
+    ten times a type lookup, and this runs for every event of a replay).
+    """
+    kind = type(event)
+    if kind is ev.BatchPrepared:
         return None if record is None else "a batch is prepared once, as its first event"
     if record is None:
         return "the log does not start with BatchPrepared"
-    if not isinstance(event, ev.Event) or type(event) not in _BATCH_EVENTS:
+    if kind not in _BATCH_EVENTS:
         return "is not an event of a batch"
-    if isinstance(event, ev.AUDIT_ONLY):
+    if kind in _AUDIT_ONLY:
         return None  # an audit note changes nothing and may follow any state
     state = record["batch_state"]
-    if isinstance(event, ev.BatchStarted):
+    if kind is ev.BatchStarted:
         return None if state == "prepared" else f"the batch is {state}, not prepared"
-    if isinstance(event, ev.ParkResumed):
+    if kind is ev.ParkResumed:
         return _resume_refusal(record, event)
-    if is_terminal(state) and not isinstance(event, ev.TrackerClosed):
+    if kind is not ev.TrackerClosed and is_terminal(state):
         # A tracker close that failed before completion is retried afterwards (upstream).
         return f"the batch is {state}; a terminal record does not move"
-    child_rule = CHILD_FROM.get(type(event))
+    child_rule = CHILD_FROM.get(kind)
     if child_rule is not None:
         return _child_refusal(record, event, child_rule)
-    if isinstance(event, ev.BatchSettled) and event.batch_state not in SETTLED_BATCH_STATES:
+    if kind is ev.BatchSettled and event.batch_state not in SETTLED_BATCH_STATES:
         return f"a batch does not settle as {event.batch_state}"
-    if isinstance(event, ev.BatchSuperseded):
+    if kind is ev.BatchSuperseded:
         in_flight = [child["task_id"] for child in record["children"] if child["state"] in IN_FLIGHT]
         if in_flight:
             return f"the batch cannot be retired while {', '.join(in_flight)} is in flight"
@@ -253,6 +295,7 @@ _BATCH_EVENTS = frozenset({
     ev.ProjectionDriftRepaired, ev.CandidateBuilt, ev.CandidateVerified, ev.CandidateDiscarded,
     ev.IntegrationFellBack,
 })
+_AUDIT_ONLY = frozenset(ev.AUDIT_ONLY)
 
 
 # ---------------------------------------------------------------- progress on a terminal

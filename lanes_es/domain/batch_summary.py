@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from . import events as ev
+from .initiative import slug_of
 
 AUTHORIZED = "authorized"  # confirmed, not ticked yet: the batch has no record so far
 
@@ -79,7 +80,7 @@ def summary_after(summary: BatchSummary | None, event: Any) -> BatchSummary | No
 
 def _authorized(summary: BatchSummary | None, event: ev.BatchAuthorized) -> BatchSummary:
     repository = getattr(event, "repository", None)
-    slug = event.originator_id.split(":", 1)[1]
+    slug = slug_of(event.originator_id)
     if summary is None:
         return BatchSummary(batch_id=event.batch_id, initiative_slug=slug, repository=repository,
                             batch_state=AUTHORIZED, children={child.task_id: "pending" for child in event.children},

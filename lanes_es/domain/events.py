@@ -479,9 +479,11 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
 
     v2 adds `repository`, the coordinator checkout the confirmation was given in, so that a
     store shared by several repositories can say where each batch runs (None before v2).
+    v3 adds `repository_id`, the id of the repository (clone) that gave it (lanes_es/domain/initiative.py):
+    it claims an Initiative keyed by slug alone for that repository (None before v3).
     """
 
-    class_version = 2
+    class_version = 3
 
     batch_id: str
     plan_digest: str
@@ -500,10 +502,15 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
     verify_workers: int | None = None
     flake_reruns: int | None = None  # a failed pre-existing check on a candidate may run again this often
     repository: str | None = None
+    repository_id: str | None = None
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
         state["repository"] = None
+
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        state["repository_id"] = None
 
 
 class BatchRetired(Event, frozen=True, kw_only=True):

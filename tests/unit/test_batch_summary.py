@@ -58,7 +58,9 @@ def test_the_authorization_names_the_repository_and_the_batch_keeps_it():
     assert line.children_by_status() == {"integrated": 1, "released": 1}
 
 
-def test_an_authorization_written_before_v2_upcasts_to_no_repository():
+@pytest.mark.parametrize("written_as", [1, 2])
+def test_an_authorization_written_before_v3_upcasts_to_no_repository_id(written_as):
+    """v1 rows had neither field (no class_version), v2 rows a repository but no repository id."""
     from lanes_es.adapters.store import StructMapper, NullTranscoder
 
     mapper = StructMapper(transcoder=NullTranscoder())
@@ -66,8 +68,14 @@ def test_an_authorization_written_before_v2_upcasts_to_no_repository():
     import json
 
     state = json.loads(stored.state)
-    assert state.pop("class_version") == 2
-    del state["repository"]
+    assert state.pop("class_version") == 3
+    del state["repository_id"]
+    if written_as == 1:
+        del state["repository"]
+    else:
+        state["class_version"] = 2
     old = type(stored)(originator_id=stored.originator_id, originator_version=stored.originator_version,
                        topic=stored.topic, state=json.dumps(state).encode())
-    assert mapper.to_domain_event(old).repository is None
+    decoded = mapper.to_domain_event(old)
+    assert decoded.repository_id is None
+    assert decoded.repository == (None if written_as == 1 else "/r")
