@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -30,17 +31,23 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     the service: `pytestmark = pytest.mark.usefixtures("store_url")`. Test ids gain
     `[sqlite]` / `[postgresql]`; `-k sqlite` runs one backend only.
     """
-    if request.param == "sqlite":
-        url = str(Path(tmp_path_factory.mktemp("store")) / "events.sqlite")
+    with backend_store(request.param, tmp_path_factory) as url:
         monkeypatch.setenv("LANES_ES_STORE", url)
         yield url
+
+
+@contextmanager
+def backend_store(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh store on `backend` ("sqlite": a file; "postgresql": a schema, dropped after): what
+    `store_url` gives a test, for module- and session-scoped fixtures that build a store once
+    (parametrize them with `params=STORE_BACKENDS` and set LANES_ES_STORE around what they run)."""
+    if backend == "sqlite":
+        yield str(Path(tmp_path_factory.mktemp("store")) / "events.sqlite")
         return
     schema = f"t_{uuid.uuid4().hex[:16]}"
     postgres_statement(f"CREATE SCHEMA {schema}")
-    url = f"{POSTGRES_SERVER}?schema={schema}"
-    monkeypatch.setenv("LANES_ES_STORE", url)
     try:
-        yield url
+        yield f"{POSTGRES_SERVER}?schema={schema}"
     finally:
         postgres_statement(f"DROP SCHEMA {schema} CASCADE")
 
