@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -34,6 +34,15 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     with backend_store(request.param, tmp_path_factory) as url:
         monkeypatch.setenv("LANES_ES_STORE", url)
         yield url
+
+
+@pytest.fixture
+def another_store(store_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], str]]:
+    """Makes more stores on this test's backend (each fresh, dropped after), for a test that runs
+    several coordinators side by side that must not share a log."""
+    with ExitStack() as stack:
+        backend = "postgresql" if store_url.startswith("postgresql") else "sqlite"
+        yield lambda: stack.enter_context(backend_store(backend, tmp_path_factory))
 
 
 @contextmanager
