@@ -100,3 +100,18 @@ def remove_store(url: str) -> None:
     from tests.conftest import postgres_statement
 
     postgres_statement(f"DROP SCHEMA {postgres_schema(url)} CASCADE")
+
+
+def store_exists(url: str) -> bool:
+    """Whether anything made the store yet: its SQLite file, or any table in its PostgreSQL schema."""
+    rows = StoreRows(url)
+    if rows.backend == "sqlite":
+        return Path(url).exists()
+    return bool(rows.query("SELECT 1 FROM information_schema.tables WHERE table_schema = ?", postgres_schema(url)))
+
+
+def event_rows(url: str) -> list[tuple[Any, ...]]:
+    """(originator id, version) of every stored event; [] when the store was never made."""
+    if not store_exists(url):
+        return []
+    return sorted(StoreRows(url).query("SELECT originator_id, originator_version FROM {events}"))
