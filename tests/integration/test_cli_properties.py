@@ -18,12 +18,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.store_rows import StoreRows, store_exists
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_REFUSED
+from tests.store_rows import StoreRows, store_exists
 from tools.cli import COMMAND_MODULES, build_parser, main
 from tools.demo import make_repository
 
