@@ -75,3 +75,16 @@ def postgres_statement(statement: str) -> None:
     except psycopg.OperationalError as error:
         pytest.fail(f"the PostgreSQL store tests need the server at {POSTGRES_SERVER} ({error}); "
                     f"start it (bash .ci/run does) or set LANES_ES_TEST_POSTGRES")
+
+
+# The longest modules first (measured with --durations): `.ci/run` hands whole modules to its two
+# xdist workers (--dist loadfile) in collection order, so a long module collected last would run
+# alone at the end while the other core idles.
+LONGEST_FIRST = ("test_crash_points_speculative.py", "test_autopilot.py", "test_world_moves.py",
+                 "test_crash_points_batched.py", "test_crash_points_serial.py", "test_user_errors.py",
+                 "test_integration_modes.py", "test_scenarios_rest.py", "test_cli_properties.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module keeps its order
