@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -30,17 +31,32 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     the service: `pytestmark = pytest.mark.usefixtures("store_url")`. Test ids gain
     `[sqlite]` / `[postgresql]`; `-k sqlite` runs one backend only.
     """
-    if request.param == "sqlite":
-        url = str(Path(tmp_path_factory.mktemp("store")) / "events.sqlite")
+    with backend_store(request.param, tmp_path_factory) as url:
         monkeypatch.setenv("LANES_ES_STORE", url)
         yield url
+
+
+@pytest.fixture
+def another_store(store_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], str]]:
+    """Makes more stores on this test's backend (each fresh, dropped after), for a test that runs
+    several coordinators side by side that must not share a log."""
+    with ExitStack() as stack:
+        backend = "postgresql" if store_url.startswith("postgresql") else "sqlite"
+        yield lambda: stack.enter_context(backend_store(backend, tmp_path_factory))
+
+
+@contextmanager
+def backend_store(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh store on `backend` ("sqlite": a file; "postgresql": a schema, dropped after): what
+    `store_url` gives a test, for module- and session-scoped fixtures that build a store once
+    (parametrize them with `params=STORE_BACKENDS` and set LANES_ES_STORE around what they run)."""
+    if backend == "sqlite":
+        yield str(Path(tmp_path_factory.mktemp("store")) / "events.sqlite")
         return
     schema = f"t_{uuid.uuid4().hex[:16]}"
     postgres_statement(f"CREATE SCHEMA {schema}")
-    url = f"{POSTGRES_SERVER}?schema={schema}"
-    monkeypatch.setenv("LANES_ES_STORE", url)
     try:
-        yield url
+        yield f"{POSTGRES_SERVER}?schema={schema}"
     finally:
         postgres_statement(f"DROP SCHEMA {schema} CASCADE")
 
@@ -59,3 +75,16 @@ def postgres_statement(statement: str) -> None:
     except psycopg.OperationalError as error:
         pytest.fail(f"the PostgreSQL store tests need the server at {POSTGRES_SERVER} ({error}); "
                     f"start it (bash .ci/run does) or set LANES_ES_TEST_POSTGRES")
+
+
+# The longest modules first (measured with --durations): `.ci/run` hands whole modules to its two
+# xdist workers (--dist loadfile) in collection order, so a long module collected last would run
+# alone at the end while the other core idles.
+LONGEST_FIRST = ("test_crash_points_speculative.py", "test_autopilot.py", "test_world_moves.py",
+                 "test_crash_points_batched.py", "test_crash_points_serial.py", "test_user_errors.py",
+                 "test_integration_modes.py", "test_scenarios_rest.py", "test_cli_properties.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module keeps its order

@@ -21,9 +21,37 @@ def make_demo(base: Path) -> tuple[Path, str]:
     return repo, states[0].stem
 
 
+class Demo(tuple):  # type: ignore[type-arg]
+    """(repository, batch id) of the session's demo batch, and the store it lives in."""
+
+    def __new__(cls, repo: Path, batch_id: str, store: str, monkeypatch: Any) -> "Demo":
+        demo = super().__new__(cls, (repo, batch_id))
+        demo.store, demo._monkeypatch, demo._copies = store, monkeypatch, []
+        return demo
+
+    def copy_store(self) -> str:
+        """A PostgreSQL store's copy, which LANES_ES_STORE then names for the rest of the test."""
+        from tests.store_rows import clone_postgres_schema
+
+        url = clone_postgres_schema(self.store)
+        self._copies.append(url)
+        self._monkeypatch.setenv("LANES_ES_STORE", url)
+        return url
+
+    def drop_copies(self) -> None:
+        from tests.conftest import postgres_statement
+        from tests.store_rows import postgres_schema
+
+        for url in self._copies:
+            postgres_statement(f"DROP SCHEMA IF EXISTS {postgres_schema(url)} CASCADE")
+
+
 def copy_of(demo: tuple[Path, str], tmp_path: Path) -> Path:
+    """A copy of the demo repository and of its store (on SQLite the file in the repository's git dir)."""
     copy = tmp_path / "repo"
     shutil.copytree(demo[0], copy, symlinks=True)
+    if isinstance(demo, Demo) and demo.store.startswith("postgresql"):
+        demo.copy_store()
     return copy
 
 

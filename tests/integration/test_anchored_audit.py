@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from eventsourcing.persistence import StoredEvent
 from lanes_es.audit.chain import sealed_bytes
 from tests.gitfixtures import git_out, run_git
 from tests.integration.demo_repo import copy_of
+from tests.store_rows import StoreRows, remove_store, store_url_of
 from tools.cli import main
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
@@ -55,8 +55,8 @@ def test_each_tick_that_appended_events_left_a_signed_checkpoint_and_each_integr
                       if path.startswith("attestations/"))
     assert attested == sorted(child["task_id"] for child in record["children"])
     note = git_out(repo, "show", f"{ref(batch_id)}:checkpoint")
-    events = sqlite3.connect(repo / ".git/lanes-es/events.sqlite").execute(
-        "select count(*) from stored_events where originator_id = ?", (batch_id,)).fetchone()[0]
+    [(events,)] = StoreRows(store_url_of(repo)).query("select count(*) from {events} where originator_id = ?",
+                                                      batch_id)
     assert note.splitlines()[:2] == [batch_id, str(events)]
     assert int(git_out(repo, "rev-list", "--count", ref(batch_id))) > 1  # one commit per tick that wrote
     mode = os.stat(repo / ".git/lanes-es/signing.key").st_mode & 0o777
@@ -78,13 +78,9 @@ def test_a_cut_off_export_is_found_against_the_repository_ref(demo, tmp_path, ca
 def test_a_store_whose_newest_events_and_projections_were_deleted_is_found(demo, tmp_path, capsys):
     repo = copy_of(demo, tmp_path)
     batch_id = demo[1]
-    connection = sqlite3.connect(repo / ".git/lanes-es/events.sqlite")
-    last = connection.execute("select max(originator_version) from stored_events where originator_id = ?",
-                              (batch_id,)).fetchone()[0]
-    connection.execute("delete from stored_events where originator_id = ? and originator_version > ?",
-                       (batch_id, last - 2))
-    connection.commit()
-    connection.close()
+    rows = StoreRows(store_url_of(repo))
+    [(last,)] = rows.query("select max(originator_version) from {events} where originator_id = ?", batch_id)
+    rows.execute("delete from {events} where originator_id = ? and originator_version > ?", batch_id, last - 2)
     shutil.rmtree(repo / ".imm/state/batches")
     code, out = cli(capsys, repo, "verify", batch_id)
     assert code == 1, out
@@ -169,7 +165,7 @@ def test_an_untouched_batch_verifies_without_the_store_from_the_export_the_refs_
     batch_id = demo[1]
     key = public_key(capsys, repo)
     export(capsys, repo, batch_id, tmp_path / "log.jsonl")
-    (repo / ".git/lanes-es/events.sqlite").unlink()
+    remove_store(store_url_of(repo))
     (repo / ".git/lanes-es/signing.key").unlink()  # only the public key is left
     shutil.rmtree(repo / ".imm/state/batches")
     command = [sys.executable, "-m", "tools.cli", "--root", str(repo), "verify", "--export", str(tmp_path / "log.jsonl"),

@@ -1,10 +1,10 @@
-"""`lanes-es replay | verify | export | audit` end to end: a real repository, a real SQLite store, the CLI."""
+"""`lanes-es replay | verify | export | audit` end to end: a real repository, a real store (SQLite and PostgreSQL),
+the CLI."""
 
 from __future__ import annotations
 
 import io
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,35 +13,34 @@ from lanes_es.adapters.store import EventStore
 from lanes_es.domain import events as ev
 from tests.gitfixtures import run_git
 from tests.integration.audit_repo import BATCH, completed
+from tests.store_rows import StoreRows
 from tools.audit_cli import replay_command
 from tools.cli import main
 
 
 @pytest.fixture
-def batch(tmp_path: Path) -> tuple[str, Path, list]:
-    """A completed batch: its repository, its store, its log."""
+def batch(tmp_path: Path, store_url: str) -> tuple[str, str, list]:
+    """A completed batch: its repository, its store (on each backend), its log."""
     built = completed(tmp_path)
     events = built.events
-    store_path = tmp_path / "e.sqlite"
-    store = EventStore(str(store_path))
+    store = EventStore(store_url)
     store.app.repository.event_store.put(events)
     store.close()
-    return built.root, store_path, events
+    return built.root, store_url, events
 
 
-def cli(capsys: pytest.CaptureFixture[str], root: str, store: Path, *args: str) -> tuple[int, str, str]:
-    code = main(["--root", root, "--store", str(store), *args])
+def cli(capsys: pytest.CaptureFixture[str], root: str, store: str, *args: str) -> tuple[int, str, str]:
+    code = main(["--root", root, "--store", store, *args])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
 
-def sql(path: Path, statement: str, *args: object) -> None:
-    connection = sqlite3.connect(path)
-    try:
-        assert connection.execute(statement, args).rowcount == 1
-        connection.commit()
-    finally:
-        connection.close()
+def sql(url: str, statement: str, *args: object) -> None:
+    assert StoreRows(url).execute(statement, *args) == 1
+
+
+def stored_state(url: str, version: int) -> bytes:
+    return StoreRows(url).query("SELECT state FROM {events} WHERE originator_version=?", version)[0][0]
 
 
 def version_of(events: list, kind: type, task: str) -> int:
@@ -60,10 +59,8 @@ def test_verify_accepts_a_completed_batch_and_prints_the_head(batch, capsys):
 def test_an_edited_stored_payload_fails_verify_at_its_version(batch, capsys):
     root, store, events = batch
     version = version_of(events, ev.Enrolled, "task-s0")
-    connection = sqlite3.connect(store)
-    state = connection.execute("SELECT state FROM stored_events WHERE originator_version=?", (version,)).fetchone()[0]
-    connection.close()
-    sql(store, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=?",
+    state = stored_state(store, version)
+    sql(store, "UPDATE {events} SET state=? WHERE originator_id=? AND originator_version=?",
         state.replace(b'"run_id":"run-', b'"run_id":"run-0'), BATCH, version)
     code, out, _ = cli(capsys, root, store, "verify", BATCH)
     assert code == 1
@@ -74,7 +71,7 @@ def test_an_edited_stored_payload_fails_verify_at_its_version(batch, capsys):
 def test_a_deleted_middle_event_fails_verify_at_its_version(batch, capsys):
     root, store, events = batch
     version = version_of(events, ev.Settled, "task-s1")
-    sql(store, "DELETE FROM stored_events WHERE originator_id=? AND originator_version=?", BATCH, version)
+    sql(store, "DELETE FROM {events} WHERE originator_id=? AND originator_version=?", BATCH, version)
     code, out, _ = cli(capsys, root, store, "verify", BATCH)
     assert code == 1
     assert f"FAIL chain version {version}: version_gap" in out
@@ -108,10 +105,8 @@ def test_replay_prints_every_step_and_the_record_as_of_a_version(batch, capsys):
 def test_replay_names_a_tampered_version(batch, capsys):
     root, store, events = batch
     version = version_of(events, ev.Integrated, "task-s0")
-    connection = sqlite3.connect(store)
-    state = connection.execute("SELECT state FROM stored_events WHERE originator_version=?", (version,)).fetchone()[0]
-    connection.close()
-    sql(store, "UPDATE stored_events SET state=? WHERE originator_version=?",
+    state = stored_state(store, version)
+    sql(store, "UPDATE {events} SET state=? WHERE originator_version=?",
         state.replace(b'"adopted":false', b'"adopted":true'), version)
     code, out, _ = cli(capsys, root, store, "replay", BATCH)
     assert code == 1 and f"FAIL version {version}: digest_mismatch" in out
@@ -123,8 +118,8 @@ class FakeTerminal(io.StringIO):
 
 
 def test_replay_shows_progress_on_a_terminal(batch):
-    _, store_path, events = batch
-    store = EventStore(str(store_path))
+    _, url, events = batch
+    store = EventStore(url)
     try:
         terminal, out = FakeTerminal(), io.StringIO()
         assert replay_command(store, BATCH, out=out, err=terminal) == 0
@@ -157,7 +152,7 @@ def test_an_export_verifies_elsewhere_and_a_tampered_one_does_not(batch, capsys,
 
 def test_export_to_stdout_is_the_jsonl(batch, capsysbinary):
     root, store, events = batch
-    assert main(["--root", root, "--store", str(store), "export", BATCH]) == 0
+    assert main(["--root", root, "--store", store, "export", BATCH]) == 0
     out = capsysbinary.readouterr().out
     assert [json.loads(line)["originator_version"] for line in out.splitlines()] == list(range(1, len(events) + 1))
 

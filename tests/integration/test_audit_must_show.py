@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
 from lanes_es.adapters.store import EventStore
 from tests.gitfixtures import git_out, identity_env, run_git
 from tests.integration.demo_repo import amend_last_without_audit_pair, copy_of, rewrite_documents
+from tests.conftest import STORE_BACKENDS, backend_store
+from tests.store_rows import StoreRows, store_url_of
 from tests.terminal import read_terminal
 from tests.unit.audit_logs import long_log
 from tools.cli import main
@@ -30,20 +31,10 @@ from tools.cli import main
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
-def store_of(repo: Path) -> Path:
-    path = repo / ".git" / "lanes-es" / "events.sqlite"
-    assert path.is_file()
-    return path
-
-
 def rows(repo: Path, batch_id: str) -> list[tuple[int, str, bytes]]:
     """(version, event class, stored state) of every stored event of the batch."""
-    connection = sqlite3.connect(store_of(repo))
-    try:
-        found = connection.execute("SELECT originator_version, topic, state FROM stored_events "
-                                   "WHERE originator_id=? ORDER BY originator_version", (batch_id,)).fetchall()
-    finally:
-        connection.close()
+    found = StoreRows(store_url_of(repo)).query("SELECT originator_version, topic, state FROM {events} "
+                                                "WHERE originator_id=? ORDER BY originator_version", batch_id)
     return [(version, topic.rpartition(":")[2], bytes(state)) for version, topic, state in found]
 
 
@@ -52,12 +43,7 @@ def version_of(repo: Path, batch_id: str, event: str, nth: int = 0) -> tuple[int
 
 
 def sql(repo: Path, statement: str, *args: Any) -> None:
-    connection = sqlite3.connect(store_of(repo))
-    try:
-        assert connection.execute(statement, args).rowcount == 1
-        connection.commit()
-    finally:
-        connection.close()
+    assert StoreRows(store_url_of(repo)).execute(statement, *args) == 1
 
 
 def cli(capsys: pytest.CaptureFixture[str], repo: Path, *args: str) -> tuple[int, str, list[str]]:
@@ -86,7 +72,7 @@ def test_an_edited_stored_payload_fails_verify_naming_its_version(demo, tmp_path
     version, state = version_of(repo, batch_id, "Integrated", 1)
     commit = json.loads(state)["commit"]
     forged = state.replace(commit.encode(), ("f" * 40).encode())
-    sql(repo, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=?",
+    sql(repo, "UPDATE {events} SET state=? WHERE originator_id=? AND originator_version=?",
         forged, batch_id, version)
     code, out, failed = cli(capsys, repo, "verify", batch_id)
     assert code == 1 and "NOT verified" in out
@@ -107,7 +93,7 @@ def test_a_key_added_to_a_stored_event_fails_verify_naming_its_version(demo, tmp
     repo = copy_of(demo, tmp_path)
     batch_id = demo[1]
     version, state = version_of(repo, batch_id, "Released", 0)
-    sql(repo, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=?",
+    sql(repo, "UPDATE {events} SET state=? WHERE originator_id=? AND originator_version=?",
         state.replace(b"{", b'{"approved_by":"auditor",', 1), batch_id, version)
     code, out, failed = cli(capsys, repo, "verify", batch_id)
     assert code == 1
@@ -121,7 +107,7 @@ def test_a_deleted_middle_event_fails_verify_naming_its_version(demo, tmp_path, 
     batch_id = demo[1]
     version, _ = version_of(repo, batch_id, "Settled", 2)
     assert 1 < version < len(rows(repo, batch_id))
-    sql(repo, "DELETE FROM stored_events WHERE originator_id=? AND originator_version=?", batch_id, version)
+    sql(repo, "DELETE FROM {events} WHERE originator_id=? AND originator_version=?", batch_id, version)
     code, out, failed = cli(capsys, repo, "verify", batch_id)
     assert code == 1
     assert f"FAIL chain version {version}: version_gap: version {version} missing" in out
@@ -194,17 +180,18 @@ def run_on_a_terminal(args: list[str], out_path: Path) -> tuple[int, str]:
     return process.wait(timeout=120), shown
 
 
-@pytest.fixture(scope="module")
-def ten_thousand(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+@pytest.fixture(scope="module", params=STORE_BACKENDS)
+def ten_thousand(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str, str]]:
     base = tmp_path_factory.mktemp("long")
     repo = base / "repo"
     repo.mkdir()
     run_git(repo, "init", "-q", "-b", "main")
     events = long_log(10_000)
-    store = EventStore(str(base / "e.sqlite"))
-    store.app.repository.event_store.put(events)
-    store.close()
-    return repo, base / "e.sqlite", events[0].originator_id
+    with backend_store(request.param, tmp_path_factory) as url:
+        store = EventStore(url)
+        store.app.repository.event_store.put(events)
+        store.close()
+        yield repo, url, events[0].originator_id
 
 
 def test_a_ten_thousand_event_replay_counts_on_a_terminal(ten_thousand, tmp_path):

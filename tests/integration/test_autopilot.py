@@ -51,7 +51,8 @@ def holds_line(path: str, line: str) -> str:
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> str:
+def repo(tmp_path: Path, store_url: str) -> str:
+    """The six-task coordinator; its store is the test's (once on SQLite, once on PostgreSQL)."""
     intents = {task: intent_json(task, scope, verification=holds_line(path, content.strip()))
                for task, (scope, _, path, content) in TASKS.items()}
     tasks = {task: Task(scope, blocked_by=blocked) for task, (scope, blocked, _, _) in TASKS.items()}
@@ -269,7 +270,8 @@ def test_the_steward_makes_reuses_and_fast_forwards_lanes_but_never_moves_other_
     assert (Path(made) / "src" / "one.txt").read_text() == "uncommitted\n"
 
 
-def test_failed_qa_starts_the_executor_again_then_stops_for_the_coordinators_correction(tmp_path, monkeypatch):
+def test_failed_qa_starts_the_executor_again_then_stops_for_the_coordinators_correction(tmp_path, monkeypatch,
+                                                                                     store_url):
     solo = {"solo": intent_json("solo", ["solo.txt"], verification=holds_line("solo.txt", "the right thing"))}
     root = make_repo(tmp_path / "repo", intents=solo,
                      files={"docs/initiatives/one.md": initiative_markdown({"solo": Task(["solo.txt"])})})

@@ -479,6 +479,7 @@ def test_a_commit_interrupted_before_its_evidence_is_recognized_by_its_intent(la
     assert os.path.exists(evidence) and not os.path.exists(intent)
 
 
+@pytest.mark.usefixtures("store_url")  # the whole engine, on each backend
 def test_a_lane_commit_whose_change_drifted_from_the_reviewed_delivery_is_refused(tmp_path):
     """contracts §6.4 step 10 and §5 (Commit): QA reviewed one delivery; the Executor changed an
     in-scope file while the Review was open; the lane commit is refused with upstream's text, the

@@ -2,7 +2,7 @@
 
 Hypothesis draws a command and an argument list from words a user might type (numbers at the
 edges, paths that do not exist or escape, broken JSON, real and unknown ids, every option of the
-parser) and runs `lanes-es` on a real repository with a started batch and a real SQLite store.
+parser) and runs `lanes-es` on a real repository with a started batch and a real store (once on SQLite, once on PostgreSQL).
 For every draw: the exit code is never 70 (internal error) and nothing escapes as an exception;
 on exit 2 the store holds no new event but a refusal's own audit event, and no file of the
 checkout changed. `run`, `mcp`, `demo` and `bench` would start long work on valid input, so
@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import io
 import os
-import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_REFUSED
+from tests.store_rows import StoreRows, store_exists
 from tools.cli import COMMAND_MODULES, build_parser, main
 from tools.demo import make_repository
 
@@ -56,12 +56,11 @@ def values(batch_id: str, lane_missing: str) -> st.SearchStrategy[str]:
     )
 
 
-def store_rows(store: Path) -> list[tuple]:
-    if not store.exists():
+def store_rows(store: str) -> list[tuple]:
+    if not store_exists(store):
         return []
-    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as connection:
-        return connection.execute("SELECT originator_id, originator_version, topic FROM stored_events "
-                                  "ORDER BY originator_id, originator_version").fetchall()
+    return StoreRows(store).query("SELECT originator_id, originator_version, topic FROM {events} "
+                                  "ORDER BY originator_id, originator_version")
 
 
 def checkout_files(repo: Path) -> str:
@@ -75,13 +74,13 @@ def checkout_files(repo: Path) -> str:
     return digest.hexdigest()
 
 
-def test_random_argument_lists_never_crash_and_a_refusal_writes_nothing(tmp_path_factory):
+def test_random_argument_lists_never_crash_and_a_refusal_writes_nothing(tmp_path_factory, store_url):
     base = tmp_path_factory.mktemp("properties")
     repo = base / "repo"
     make_repository(repo)
     assert main(["--root", str(repo), "authorize", SLUG, "--yes", "--max-parallel", "2"]) == 0
     assert main(["--root", str(repo), "tick", SLUG]) == 0
-    store = repo / ".git" / "lanes-es" / "events.sqlite"
+    store = store_url
     batch_id = next(row[0] for row in store_rows(store) if row[0].startswith("batch-"))
     commands = ["plan", "authorize", "tick", "status", "rebuild", "retire", *COMMAND_MODULES]
     work = base / "cwd"

@@ -103,10 +103,10 @@ def test_the_cli_verifies_and_rebuilds_an_old_export(enrolled_v2: None, tmp_path
     assert (repo / ".imm/state/batches" / f"{batch_id}.report.json").read_bytes() == report
 
 
-def test_old_rows_in_a_store_verify_and_load_through_the_upcaster(enrolled_v2: None, tmp_path: Path):
+def test_old_rows_in_a_store_verify_and_load_through_the_upcaster(enrolled_v2: None, store_url: str):
     log, state, _ = recorded("parked")
     rows = v1_rows(log)
-    store = EventStore(str(tmp_path / "e.sqlite"))
+    store = EventStore(store_url)
     try:
         store.app.recorder.insert_events(rows)
         batch_id = rows[0].originator_id

@@ -19,6 +19,8 @@ from lanes_es.domain import events as ev
 from tests.engine import Engine, Task
 from tests.gitfixtures import descriptor, fails_if_exists, run_git
 
+pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
+
 SHA = re.compile(r"\b[0-9a-f]{40}\b")
 RUN = re.compile(r"run-[0-9a-f-]{36}")
 
@@ -40,8 +42,9 @@ def random_tasks(seed: int) -> dict[str, Task]:
     return tasks
 
 
-def run_batch(tmp_path: Path, tasks: dict[str, Task], mode: str) -> tuple[Engine, dict[str, Any]]:
-    engine = Engine.create(tmp_path / mode, tasks)
+def run_batch(tmp_path: Path, tasks: dict[str, Task], mode: str,
+              store_url: str | None = None) -> tuple[Engine, dict[str, Any]]:
+    engine = Engine.create(tmp_path / mode, tasks, store_url=store_url)
     engine.authorize(max_parallel=len(tasks), integration=mode, verify_workers=2)
     report = engine.tick()
     offers = {task_id: engine.provision(task_id, report) for task_id in tasks}
@@ -63,11 +66,12 @@ def events_of(engine: Engine, kind: type) -> list[Any]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_speculative_and_batched_end_where_serial_ends(tmp_path: Path, seed: int):
+def test_speculative_and_batched_end_where_serial_ends(tmp_path: Path, seed: int, another_store):
+    """Each mode's repository has a store of its own (the same Initiative is authorized in each)."""
     tasks = random_tasks(seed)
-    expected = outcome(run_batch(tmp_path, tasks, "serial")[0])
+    expected = outcome(run_batch(tmp_path, tasks, "serial", another_store())[0])
     for mode in ("speculative", "batched"):
-        engine, _ = run_batch(tmp_path, tasks, mode)
+        engine, _ = run_batch(tmp_path, tasks, mode, another_store())
         assert outcome(engine) == expected, mode
 
 

@@ -15,6 +15,8 @@ from tests.engine import Task
 from tests.engine_more import enroll, make_engine, state_bytes
 from tests.gitfixtures import git_out, make_repo, porcelain, run_git
 
+pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
+
 
 def cli(*args: str) -> tuple[int, str, str]:
     from tools.cli import main

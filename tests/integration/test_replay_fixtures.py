@@ -89,6 +89,7 @@ def test_verify_export_accepts_it(name: str, capsys: pytest.CaptureFixture[str])
 
 
 @pytest.mark.parametrize("name", KEPT)
+@pytest.mark.usefixtures("store_url")  # rebuild writes the log into the store, on each backend
 def test_rebuild_from_export_writes_the_recorded_bytes(name: str, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]):
     log, state, report = recorded(name)

@@ -27,6 +27,8 @@ from tests.gitfixtures import (
 
 SLUG = "initiative-slug"
 
+pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
+
 
 def cli(*args: str) -> tuple[int, str, str]:
     """`lanes-es ARGS` in this process: (exit code, stdout, stderr)."""
@@ -460,17 +462,17 @@ def normalized(report: dict[str, Any], directory: Path) -> Any:
     return json.loads(text)
 
 
-def cli_reports(directory: Path, max_parallel: int) -> list[dict[str, Any]]:
+def cli_reports(directory: Path, max_parallel: int, store: str) -> list[dict[str, Any]]:
     """`lanes-es authorize --yes`, then `tick --json` three times: start, resume with nothing, offer the Lanes."""
     root = twin_repo(directory)
-    assert cli("--root", root, "authorize", PARITY_SLUG, "--max-parallel", str(max_parallel), "--yes")[0] == 0
+    assert cli("--root", root, "--store", store, "authorize", PARITY_SLUG, "--max-parallel", str(max_parallel), "--yes")[0] == 0
     reports = []
     for _ in range(2):
-        code, out, _ = cli("--root", root, "tick", PARITY_SLUG, "--json")
+        code, out, _ = cli("--root", root, "--store", store, "tick", PARITY_SLUG, "--json")
         assert code == 0
         reports.append(json.loads(out))
     offers = [f"--offer={offer['task_id']}={offer['path']}" for offer in provision_all(root, reports[-1])]
-    code, out, _ = cli("--root", root, "tick", PARITY_SLUG, "--json", *offers)
+    code, out, _ = cli("--root", root, "--store", store, "tick", PARITY_SLUG, "--json", *offers)
     assert code == 0
     return reports + [json.loads(out)]
 
@@ -499,8 +501,8 @@ def mcp_payloads(directory: Path, tmp_path: Path, max_parallel: int) -> list[dic
 
 
 @pytest.mark.parametrize("max_parallel", [1, 2])
-def test_host01_inp07_the_cli_and_the_mcp_server_give_the_same_lane_report(tmp_path, max_parallel):
-    by_cli = cli_reports(tmp_path / "cli", max_parallel)
+def test_host01_inp07_the_cli_and_the_mcp_server_give_the_same_lane_report(tmp_path, max_parallel, another_store):
+    by_cli = cli_reports(tmp_path / "cli", max_parallel, another_store())  # the twins authorize the same slug
     payloads = mcp_payloads(tmp_path / "mcp", tmp_path, max_parallel)
     assert [payload["state"] for payload in payloads] == ["started"] * 3
     by_mcp = [payload["report"] for payload in payloads]

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-import sqlite3
 from pathlib import Path
 
 from tests.engine import Engine, Task
+from tests.store_rows import StoreRows
 from tools.cli import main
 
 
-def test_a_log_cut_short_fails_against_the_head_recorded_before(tmp_path, capsys):
+def test_a_log_cut_short_fails_against_the_head_recorded_before(tmp_path, capsys, store_url):
     engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"])})
     batch_id = engine.authorize(max_parallel=2)
     report = engine.tick()
@@ -20,13 +20,10 @@ def test_a_log_cut_short_fails_against_the_head_recorded_before(tmp_path, capsys
     head = re.search(r"chain head (\w+)", capsys.readouterr().out).group(1)
     assert main(["--root", engine.root, "verify", batch_id, "--expect-head", head]) == 0
     capsys.readouterr()
-    store = Path(engine.root) / ".git" / "lanes-es" / "events.sqlite"
     engine.service.store.close()
-    with sqlite3.connect(store) as connection:
-        newest = connection.execute("SELECT MAX(originator_version) FROM stored_events WHERE originator_id=?",
-                                    (batch_id,)).fetchone()[0]
-        connection.execute("DELETE FROM stored_events WHERE originator_id=? AND originator_version=?",
-                           (batch_id, newest))
+    rows = StoreRows(store_url)
+    [(newest,)] = rows.query("SELECT MAX(originator_version) FROM {events} WHERE originator_id=?", batch_id)
+    assert rows.execute("DELETE FROM {events} WHERE originator_id=? AND originator_version=?", batch_id, newest) == 1
     (Path(engine.root) / ".imm/state/batches" / f"{batch_id}.json").unlink()  # the files go with it
     assert main(["--root", engine.root, "rebuild", batch_id]) == 0
     capsys.readouterr()

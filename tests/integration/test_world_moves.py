@@ -27,6 +27,8 @@ from tests.integration.world_moves import make_move
 
 PROJECT = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
+
 # move -> (exit code of the tick after it, the reason's code, the batch state the log then holds)
 EXPECTED = {
     "initiative": (3, "batch_plan_digest_changed", "needs_human"),
@@ -228,14 +230,15 @@ def play_until(engine: Engine, move_before: int, move: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("move", ["touch", *sorted(EXPECTED)])
-def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_path, move):
+def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_path, move, another_store):
     """Issue 3's convergence, extended (issue 14): for every gap between two ticks of a two-task
     batch, the move is made there; the engine either goes on because nothing it covers moved
     ("touch") or stops with upstream's reason, and after the move no Lane is admitted, enrolled,
     committed or integrated and no commit lands on the batch branch."""
     # the batch settles after six ticks; a touch needs no more than two gaps to show it changes nothing
     for gap in ((2, 4) if move == "touch" else range(1, 7)):
-        engine = make_engine(tmp_path / f"gap-{gap}", {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])})
+        engine = make_engine(tmp_path / f"gap-{gap}", {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])},
+                             store_url=another_store())  # a store per repository: each authorizes the same slug
         engine.authorize(max_parallel=1)
         outcome = play_until(engine, gap, move)
         report, batch = outcome["report"], engine.batch

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
 
 import msgspec
 import pytest
 
+from tests.store_rows import StoreRows
 from tests.unit.audit_logs import completed_log
 from lanes_es.adapters.store import EventStore
 from lanes_es.audit.chain import (
@@ -72,77 +71,67 @@ def test_an_empty_log_is_a_break():
     assert [found.rule for found in verify_chain([])] == [EMPTY_LOG]
 
 
-# ---------------------------------------------------------------- the SQLite store
+# ---------------------------------------------------------------- the store (SQLite and PostgreSQL)
 
 
 @pytest.fixture
-def stored(tmp_path: Path) -> Path:
-    path = tmp_path / "e.sqlite"
-    store = EventStore(str(path))
+def stored(store_url: str) -> str:
+    path = store_url
+    store = EventStore(path)
     store.app.repository.event_store.put(completed_log())
     store.close()
     return path
 
 
-def _verify(path: Path) -> tuple[list, list]:
-    store = EventStore(str(path))
+def _verify(path: str) -> tuple[list, list]:
+    store = EventStore(path)
     try:
         return verify_stored(store.stored_events(BATCH))
     finally:
         store.close()
 
 
-def _sql(path: Path, statement: str, *args: object) -> None:
-    connection = sqlite3.connect(path)
-    try:
-        changed = connection.execute(statement, args).rowcount
-        connection.commit()
-    finally:
-        connection.close()
-    assert changed == 1
+def _sql(path: str, statement: str, *args: object) -> None:
+    assert StoreRows(path).execute(statement, *args) == 1
 
 
-def _state(path: Path, version: int) -> bytes:
-    connection = sqlite3.connect(path)
-    try:
-        return connection.execute("SELECT state FROM stored_events WHERE originator_id=? AND originator_version=?",
-                                  (BATCH, version)).fetchone()[0]
-    finally:
-        connection.close()
+def _state(path: str, version: int) -> bytes:
+    return StoreRows(path).query("SELECT state FROM {events} WHERE originator_id=? AND originator_version=?",
+                                 BATCH, version)[0][0]
 
 
-def test_an_untouched_store_verifies(stored: Path):
+def test_an_untouched_store_verifies(stored: str):
     events, breaks = _verify(stored)
     assert breaks == []
     assert len(events) == len(completed_log())
     assert chain_head(events) == completed_log()[-1].digest
 
 
-def test_editing_one_stored_payload_names_that_version(stored: Path):
+def test_editing_one_stored_payload_names_that_version(stored: str):
     state = _state(stored, 7)
     assert b'"commit":"' in state
     edited = state.replace(b'"commit":"', b'"commit":"f', 1)
-    _sql(stored, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=7", edited, BATCH)
+    _sql(stored, "UPDATE {events} SET state=? WHERE originator_id=? AND originator_version=7", edited, BATCH)
     _, breaks = _verify(stored)
     assert [(found.version, found.rule) for found in breaks] == [(7, DIGEST_MISMATCH)]
 
 
-def test_deleting_a_middle_event_names_that_version(stored: Path):
-    _sql(stored, "DELETE FROM stored_events WHERE originator_id=? AND originator_version=6", BATCH)
+def test_deleting_a_middle_event_names_that_version(stored: str):
+    _sql(stored, "DELETE FROM {events} WHERE originator_id=? AND originator_version=6", BATCH)
     _, breaks = _verify(stored)
     assert [(found.version, found.rule) for found in breaks] == [(6, VERSION_GAP)]
 
 
-def test_swapping_two_rows_is_seen_in_the_rows(stored: Path):
+def test_swapping_two_rows_is_seen_in_the_rows(stored: str):
     fifth, sixth = _state(stored, 5), _state(stored, 6)
-    _sql(stored, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=5", sixth, BATCH)
-    _sql(stored, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=6", fifth, BATCH)
+    _sql(stored, "UPDATE {events} SET state=? WHERE originator_id=? AND originator_version=5", sixth, BATCH)
+    _sql(stored, "UPDATE {events} SET state=? WHERE originator_id=? AND originator_version=6", fifth, BATCH)
     _, breaks = _verify(stored)
     assert (breaks[0].version, breaks[0].rule) == (5, ROW_MISMATCH)
 
 
-def test_a_row_that_no_longer_decodes_is_named_not_raised(stored: Path):
-    _sql(stored, "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=3", b"{broken", BATCH)
+def test_a_row_that_no_longer_decodes_is_named_not_raised(stored: str):
+    _sql(stored, "UPDATE {events} SET state=? WHERE originator_id=? AND originator_version=3", b"{broken", BATCH)
     events, breaks = _verify(stored)
     assert [(found.version, found.rule) for found in breaks] == [(3, UNDECODABLE)]
     assert len(events) == len(completed_log()) - 1

@@ -35,8 +35,8 @@ def test_an_export_reads_back_to_the_same_events(tmp_path: Path):
     assert verify_chain(read_export(path)) == []
 
 
-def test_an_export_from_the_store_matches_the_store(tmp_path: Path):
-    store = EventStore(str(tmp_path / "e.sqlite"))
+def test_an_export_from_the_store_matches_the_store(tmp_path: Path, store_url: str):
+    store = EventStore(store_url)
     store.app.repository.event_store.put(completed_log())
     events = store.events("batch-demo-1")
     store.close()

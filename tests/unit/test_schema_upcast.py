@@ -8,8 +8,6 @@ stored under the topic the class keeps, as a store holds it after the code moved
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -18,6 +16,7 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
 from lanes_es.adapters.store import EventStore, NullTranscoder, StructMapper
+from tests.store_rows import StoreRows
 from lanes_es.audit.chain import DIGEST_MISMATCH, sealed_bytes, verify_chain, verify_stored
 from lanes_es.domain import events as ev
 from lanes_es.domain.events import canonical_bytes, chain_digest
@@ -74,20 +73,20 @@ def v2_event(version: int, text: str, previous: str) -> Any:
 
 
 @pytest.fixture
-def mixed_log(tmp_path: Path) -> Path:
-    """Two v1 rows written by old code, then one v2 event written by the current code, in SQLite."""
+def mixed_log(store_url: str) -> str:
+    """Two v1 rows written by old code, then one v2 event written by the current code, in the store (each backend)."""
     first, digest = v1_row(1, "first words", "")
     second, digest = v1_row(2, "second words", digest)
     third = StructMapper(NullTranscoder()).to_stored_event(v2_event(3, "new words", digest))
-    path = tmp_path / "e.sqlite"
-    store = EventStore(str(path))
+    path = store_url
+    store = EventStore(path)
     store.app.recorder.insert_events([first, second, third])
     store.close()
     return path
 
 
-def read(path: Path) -> tuple[list[StoredEvent], list[Any], list[Any]]:
-    store = EventStore(str(path))
+def read(path: str) -> tuple[list[StoredEvent], list[Any], list[Any]]:
+    store = EventStore(path)
     try:
         rows = store.stored_events(LOG)
     finally:
@@ -96,7 +95,7 @@ def read(path: Path) -> tuple[list[StoredEvent], list[Any], list[Any]]:
     return rows, events, breaks
 
 
-def test_a_v1_row_reads_back_as_v2_through_the_upcaster(mixed_log: Path):
+def test_a_v1_row_reads_back_as_v2_through_the_upcaster(mixed_log: str):
     rows, events, breaks = read(mixed_log)
     assert [type(event) for event in events] == [Noted, Noted, Noted]
     assert [event.text for event in events] == ["first words", "second words", "new words"]
@@ -104,7 +103,7 @@ def test_a_v1_row_reads_back_as_v2_through_the_upcaster(mixed_log: Path):
     assert b'"class_version":2' in rows[2].state  # so the v2 row is not upcast a second time
 
 
-def test_the_chain_holds_on_the_stored_form_across_the_schema_change(mixed_log: Path):
+def test_the_chain_holds_on_the_stored_form_across_the_schema_change(mixed_log: str):
     _, events, breaks = read(mixed_log)
     assert breaks == []
     # Why the stored form: the decoded v1 events are v2-shaped now, so their links no longer recompute.
@@ -118,30 +117,22 @@ def test_the_sealed_bytes_of_a_current_event_are_its_canonical_bytes():
     assert sealed_bytes(row) == canonical_bytes(event)
 
 
-def test_editing_an_old_row_still_names_its_version(mixed_log: Path):
-    connection = sqlite3.connect(mixed_log)
-    try:
-        state = connection.execute("SELECT state FROM stored_events WHERE originator_version=1").fetchone()[0]
-        connection.execute("UPDATE stored_events SET state=? WHERE originator_version=1",
-                           (state.replace(b"first words", b"other words"),))
-        connection.commit()
-    finally:
-        connection.close()
+def test_editing_an_old_row_still_names_its_version(mixed_log: str):
+    rows = StoreRows(mixed_log)
+    state = rows.query("SELECT state FROM {events} WHERE originator_version=1")[0][0]
+    assert rows.execute("UPDATE {events} SET state=? WHERE originator_version=1",
+                        state.replace(b"first words", b"other words")) == 1
     _, events, breaks = read(mixed_log)
     assert events[0].text == "other words"  # the upcaster reads the edit like any v1 row
     assert [(found.version, found.rule) for found in breaks] == [(1, DIGEST_MISMATCH)]
 
 
-def test_a_key_added_to_a_stored_row_breaks_its_link(mixed_log: Path):
+def test_a_key_added_to_a_stored_row_breaks_its_link(mixed_log: str):
     """Decoding ignores keys the class does not know; the chain over the stored form does not."""
-    connection = sqlite3.connect(mixed_log)
-    try:
-        state = connection.execute("SELECT state FROM stored_events WHERE originator_version=3").fetchone()[0]
-        connection.execute("UPDATE stored_events SET state=? WHERE originator_version=3",
-                           (state.replace(b"{", b'{"approved_by":"someone",', 1),))
-        connection.commit()
-    finally:
-        connection.close()
+    rows = StoreRows(mixed_log)
+    state = rows.query("SELECT state FROM {events} WHERE originator_version=3")[0][0]
+    assert rows.execute("UPDATE {events} SET state=? WHERE originator_version=3",
+                        state.replace(b"{", b'{"approved_by":"someone",', 1)) == 1
     _, events, breaks = read(mixed_log)
     assert events[2].text == "new words"
     assert [(found.version, found.rule) for found in breaks] == [(3, DIGEST_MISMATCH)]

@@ -258,6 +258,7 @@ def worktrees(root: str) -> list[tuple[str, str | None]]:
     return found
 
 
+@pytest.mark.usefixtures("store_url")  # the whole engine, on each backend
 def test_enr04_after_two_children_complete_only_the_tests_worktrees_exist(tmp_path, monkeypatch):
     from lanes_es.adapters import git as runner
     from tests.engine import Task

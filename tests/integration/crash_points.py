@@ -8,14 +8,24 @@ run must end like the uninterrupted one: the same child states, the same batch-b
 content, exactly one commit per integrated child (on the batch branch and on its Lane
 branch), a log whose digest chain holds and whose record passes the v2 validator at
 every version, and a state file equal to its rebuild.
+
+One module per integration mode (test_crash_points_<mode>.py, made by `crash_point_tests`), so
+that pytest-xdist's workers share the modes out; each runs on SQLite and on PostgreSQL.
+Which k run (`crash_points`): on SQLite every k for the default mode and every SAMPLE-th k
+(with the last) for the others, as before. On PostgreSQL the backend changes only the store, so
+there every k right after a store save runs (a crash between an append and whatever follows it,
+about 26 of some 185 calls), and the last; the git and kernel crash windows between two saves
+are the same code on either backend and run on SQLite. (Every k on PostgreSQL too would about
+double the suite's time on two cores: a PostgreSQL run costs about twice a SQLite one.)
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, NamedTuple
 
 import pytest
 
@@ -27,6 +37,7 @@ from lanes_es.domain.validator import validate_record
 from lanes_es.ports import KernelError
 from lanes_es.tick_input import LaneOfferInput
 from projections.batch import documents_of, drift
+from tests.conftest import STORE_BACKENDS, backend_store
 from tests.engine import SLUG, SteppingClock, Task, initiative_markdown
 from tests.gitfixtures import descriptor, git_out, intent_json, make_repo, run_git, write_file
 
@@ -41,9 +52,8 @@ TASKS = {
 }
 DELIVERIES = {task_id: (task.scope[0], f"{task_id}\n") for task_id, task in TASKS.items()}
 MAX_TICKS = 30
-# Every k for the default mode; for the others every SAMPLE-th k (with the last), to keep CI time in check.
+# Every k for the default mode on SQLite; elsewhere a sample (crash_points), to keep CI time in check.
 DEFAULT_MODE = "speculative"
-MODES = ("speculative", "serial", "batched")
 SAMPLE = 4
 
 
@@ -59,11 +69,13 @@ class CrashPlan:
         self.calls = 0
         self.armed = False
         self.fired = False
+        self.kinds: list[str] = []  # what each call was, in order
 
     def called(self, what: str) -> None:
         if not self.armed:
             return
         self.calls += 1
+        self.kinds.append(what)
         if self.crash_at is not None and self.calls == self.crash_at and not self.fired:
             self.fired = True
             raise SimulatedCrash(f"crash after call {self.calls}: {what}")
@@ -87,11 +99,11 @@ class CrashingKernel:
         return call
 
 
-def build_engine(root: str, plan: CrashPlan, clock: SteppingClock) -> Any:
+def build_engine(root: str, store: str, plan: CrashPlan, clock: SteppingClock) -> Any:
     """A new engine instance, as a restarted process would make, with the crash plan wired in."""
     from tools.compose import build_service
 
-    service = build_service(root, clock=clock)
+    service = build_service(root, store, clock=clock)
     real_ports = service.adapters.tick_ports
     service.adapters.tick_ports = lambda r, s: _with_kernel(real_ports(r, s), plan)  # type: ignore[method-assign]
     real_save = service.store.save
@@ -111,23 +123,37 @@ def _with_kernel(ports: Any, plan: CrashPlan) -> Any:
     return replace(ports, kernel=CrashingKernel(ports.kernel, plan))
 
 
-@pytest.fixture(scope="module", params=MODES)
-def template(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The authorized repository every run copies (no Lane, no tick yet), in each integration mode."""
+class Template(NamedTuple):
+    """The authorized repository every run copies (no Lane, no tick yet) and its store: on SQLite the
+    repository's own file (copied with it), on PostgreSQL a schema (cloned for each run)."""
+
+    root: str
+    store: str | None  # None: the repository's own SQLite file
+
+
+def make_template(base: Path, mode: str, store: str | None) -> Template:
     from tools.compose import build_service
 
-    base = tmp_path_factory.mktemp(f"template-{request.param}")
     intents = {t: intent_json(t, task.scope, verification=task.verification) for t, task in TASKS.items()}
     root = make_repo(base / "repo", intents=intents, files={f"docs/initiatives/{SLUG}.md": initiative_markdown(TASKS)})
-    service = build_service(root, clock=SteppingClock())
-    service.authorize(service.confirmation(SLUG, max_parallel=3, integration=request.param, verify_workers=2))
+    service = build_service(root, store, clock=SteppingClock())
+    service.authorize(service.confirmation(SLUG, max_parallel=3, integration=mode, verify_workers=2))
     service.store.close()
-    return Path(root)
+    return Template(root, store)
 
 
-def copy_repository(template: Path, target: Path) -> str:
-    shutil.copytree(template, target / "repo", symlinks=True)
-    return os.path.realpath(target / "repo")
+@contextmanager
+def copy_repository(template: Template, target: Path) -> Iterator[tuple[str, str | None]]:
+    """A copy of the template's repository and store, for one run; the copied store is dropped after."""
+    from tests.store_rows import clone_postgres_schema, remove_store
+
+    shutil.copytree(template.root, target / "repo", symlinks=True)
+    store = clone_postgres_schema(template.store) if template.store else None
+    try:
+        yield os.path.realpath(target / "repo"), store
+    finally:
+        if store:
+            remove_store(store)
 
 
 def act_on_handoffs(root: str, lanes: Path, report: dict[str, Any], clock: SteppingClock) -> dict[str, str]:
@@ -160,7 +186,7 @@ def act_on_handoffs(root: str, lanes: Path, report: dict[str, Any], clock: Stepp
     return offers
 
 
-def run_batch(root: str, lanes: Path, crash_at: int | None) -> tuple[CrashPlan, dict[str, Any]]:
+def run_batch(root: str, store: str | None, lanes: Path, crash_at: int | None) -> tuple[CrashPlan, dict[str, Any]]:
     """Tick until the batch settles; after a crash, go on with a new engine instance."""
     plan = CrashPlan(crash_at)
     clock = SteppingClock()
@@ -170,7 +196,7 @@ def run_batch(root: str, lanes: Path, crash_at: int | None) -> tuple[CrashPlan, 
     git_runner.SPAWN_OBSERVERS.append(observer)
     try:
         for _ in range(MAX_TICKS):
-            service = build_engine(root, plan, clock)
+            service = build_engine(root, store, plan, clock)
             plan.armed = True
             try:
                 report = service.tick(SLUG, offers=[LaneOfferInput(task_id=t, path=p) for t, p in offers.items()]).report
@@ -222,12 +248,12 @@ def report_base(root: str) -> str:
     return git_out(root, "rev-parse", "main")
 
 
-def check_log(root: str) -> None:
+def check_log(root: str, store: str | None) -> None:
     """The chain holds, every prefix of the log folds to a valid record, the files equal the rebuild,
     and the signed checkpoint on the batch's ref covers the whole log with an attestation per integration."""
     from tools.compose import build_service
 
-    service = build_service(root)
+    service = build_service(root, store)
     try:
         batch_id = service.initiative(SLUG).current.batch_id
         events = service.store.events(batch_id)
@@ -258,37 +284,40 @@ def check_anchor_holds(root: str, batch_id: str, rows: list[Any], events: list[A
     assert len(attestations) == len([e for e in events if type(e).__name__ == "Integrated"])
 
 
-@pytest.fixture(scope="module")
-def reference(template: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any]]:
-    work = tmp_path_factory.mktemp("uninterrupted")
-    root = copy_repository(template, work)
-    plan, report = run_batch(root, work / "lanes", None)
-    check_log(root)
-    expected = outcome(root, report)
+def run_reference(template: Template, work: Path) -> tuple[int, list[str], dict[str, Any]]:
+    """The uninterrupted run: how many engine calls it made, what each was, and how it ended."""
+    with copy_repository(template, work) as (root, store):
+        plan, report = run_batch(root, store, work / "lanes", None)
+        check_log(root, store)
+        expected = outcome(root, report)
     assert expected["batch_state"] == "needs_human"
     assert dict(expected["states"]) == {"p1": "integrated", "p2": "integrated", "dep": "integrated",
                                         "zbad": "needs_human"}
     assert dict(expected["reasons"])["zbad"] == "batch_integration_check_failed"
-    return plan.calls, expected
+    return plan.calls, plan.kinds, expected
 
 
-def test_the_uninterrupted_run_settles_as_designed(reference):
-    calls, expected = reference
-    assert calls > 20
-    assert expected["subjects"] == ["imm(dep): Deliver dep", "imm(p1): Deliver p1", "imm(p2): Deliver p2"]
-    assert expected["lane_commits"] == {"p1": "1", "p2": "1", "dep": "1"}
+def crash_points(mode: str, backend: str, kinds: list[str]) -> list[int]:
+    """Which k run for this mode and backend (the module docstring says why)."""
+    calls = len(kinds)
+    points = list(range(1, calls + 1))
+    if backend == "sqlite" and mode == DEFAULT_MODE:
+        return points
+    if backend == "postgresql":
+        return sorted({k for k, what in enumerate(kinds, start=1) if what == "store.save"} | {calls})
+    return sorted(set(points[::SAMPLE]) | {calls})
 
 
-def check_crash(template: str, crash_at: int, work: str, expected: dict[str, Any]) -> str | None:
+def check_crash(template: Template, crash_at: int, work: str, expected: dict[str, Any]) -> str | None:
     """One run with a crash after call `crash_at`; None when it converged, else what differed."""
-    root = copy_repository(Path(template), Path(work))
     try:
-        plan, report = run_batch(root, Path(work) / "lanes", crash_at)
-        # The last few calls may not recur: a probe of git's merge-tree options runs once per process.
-        assert plan.fired or plan.calls < crash_at, "the crash never happened"
-        got = outcome(root, report)
-        assert got == expected, {key: (got[key], expected[key]) for key in got if got[key] != expected[key]}
-        check_log(root)
+        with copy_repository(template, Path(work)) as (root, store):
+            plan, report = run_batch(root, store, Path(work) / "lanes", crash_at)
+            # The last few calls may not recur: a probe of git's merge-tree options runs once per process.
+            assert plan.fired or plan.calls < crash_at, "the crash never happened"
+            got = outcome(root, report)
+            assert got == expected, {key: (got[key], expected[key]) for key in got if got[key] != expected[key]}
+            check_log(root, store)
         return None
     except AssertionError as error:
         return f"crash at call {crash_at}: {error}"
@@ -296,27 +325,50 @@ def check_crash(template: str, crash_at: int, work: str, expected: dict[str, Any
         shutil.rmtree(work, ignore_errors=True)
 
 
-def check_crashes(template: str, crash_points: list[int], work: str, expected: dict[str, Any]) -> list[str]:
+def check_crashes(template: Template, crash_points: list[int], work: str, expected: dict[str, Any]) -> list[str]:
     return [failure for k in crash_points
             if (failure := check_crash(template, k, os.path.join(work, f"k{k}"), expected)) is not None]
 
 
-def test_a_crash_at_any_call_converges_to_the_same_end(template, reference, tmp_path, request):
-    """Every k from 1 to the number of calls of the uninterrupted run; failures are listed together.
+def crash_point_tests(mode: str) -> tuple[Any, Any, Any, Any]:
+    """The fixtures and tests of one mode's module: `template, reference, test_..., test_... = crash_point_tests(MODE)`."""
 
-    The runs go to two fresh worker processes (the machine has two cores): each git spawn
-    forks the interpreter, which costs far less in a small worker than in pytest's process.
-    """
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    @pytest.fixture(scope="module", params=STORE_BACKENDS)
+    def template(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Template]:
+        base = tmp_path_factory.mktemp(f"template-{mode}")
+        if request.param == "sqlite":
+            yield make_template(base, mode, None)
+            return
+        with backend_store(request.param, tmp_path_factory) as url:
+            yield make_template(base, mode, url)
 
-    calls, expected = reference
-    points = list(range(1, calls + 1))
-    if request.node.callspec.params["template"] != DEFAULT_MODE:
-        points = sorted(set(points[::SAMPLE]) | {calls})
-    chunks = [points[index::2] for index in range(2)]
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        results = pool.map(check_crashes, [str(template)] * 2, chunks, [str(tmp_path)] * 2, [expected] * 2)
-        failures = sorted((failure for chunk in results for failure in chunk),
-                          key=lambda text: int(text.split()[3].rstrip(":")))
-    assert failures == [], "\n".join(failures)
+    @pytest.fixture(scope="module")
+    def reference(template: Template, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, list[str], dict[str, Any]]:
+        return run_reference(template, tmp_path_factory.mktemp("uninterrupted"))
+
+    def test_the_uninterrupted_run_settles_as_designed(reference):
+        calls, kinds, expected = reference
+        assert calls > 20 and len(kinds) == calls and "store.save" in kinds
+        assert expected["subjects"] == ["imm(dep): Deliver dep", "imm(p1): Deliver p1", "imm(p2): Deliver p2"]
+        assert expected["lane_commits"] == {"p1": "1", "p2": "1", "dep": "1"}
+
+    def test_a_crash_at_any_call_converges_to_the_same_end(template, reference, tmp_path, request):
+        """Every k of `crash_points`; failures are listed together.
+
+        The runs go to two fresh worker processes (the machine has two cores): each git spawn
+        forks the interpreter, which costs far less in a small worker than in pytest's process.
+        """
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        _, kinds, expected = reference
+        points = crash_points(mode, request.node.callspec.params["template"], kinds)
+        chunks = [points[index::2] for index in range(2)]
+        with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = pool.map(check_crashes, [template] * 2, chunks, [str(tmp_path)] * 2, [expected] * 2)
+            failures = sorted((failure for chunk in results for failure in chunk),
+                              key=lambda text: int(text.split()[3].rstrip(":")))
+        assert failures == [], "\n".join(failures)
+
+    return template, reference, test_the_uninterrupted_run_settles_as_designed, \
+        test_a_crash_at_any_call_converges_to_the_same_end
