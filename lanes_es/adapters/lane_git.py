@@ -453,18 +453,20 @@ class GitLanes:
         try:
             identities = self._chain_identities(root, built)
         except GitFailure as error:
-            return [IntegrationError(CONFLICT, f"{CONFLICT}: {error}")]
-        for (on, base, lane, candidate, landed), change in zip(built, identities):
-            if change is not None:
-                lane_change, candidate_change = change
-                if lane_change != candidate_change:
-                    return [*results, IntegrationError(CONFLICT, f"{CONFLICT}: candidate {candidate} does not carry "
-                                                                 f"the lane commit {lane} change")]
+            return [IntegrationError(CONFLICT, f"{CONFLICT}: {error}")]  # as serial, whose first link fails
+        for index, ((_, _, lane, candidate, landed), (lane_change, candidate_change)) in enumerate(
+                zip(built, identities)):
+            if candidate_change is not None and lane_change != candidate_change:
+                del built[index:]
+                failure = IntegrationError(CONFLICT, f"{CONFLICT}: candidate {candidate} does not carry the lane "
+                                                     f"commit {lane} change")
+                break
             results.append(CandidateBuild(commit=candidate, landed_since_base=sorted(landed)))
-        if failure is not None:
-            results.append(failure)
-        self._remember_trees(root, built, identities)
-        return results
+        try:
+            self._remember_trees(root, built, identities)
+        except GitFailure:
+            pass  # verification then reads each tree from git
+        return results + ([failure] if failure is not None else [])
 
     def _chain_link(self, root: str, head: str, base: str, lane: str, facts: "LaneCommit") -> tuple[str, set[str]]:
         """`_candidate_on` for one link: serial's checks and messages, the ancestry from the chain where it can."""
@@ -524,26 +526,24 @@ class GitLanes:
         return {lane: self._lane_facts[lane] for lane in lanes}
 
     def _chain_identities(self, root: str, built: list[tuple[str, str, str, str, set[str]]]
-                          ) -> list[tuple[dict[str, str], dict[str, str]] | None]:
-        """Lane change and candidate change of every link, in one diff-tree (None: the lane commit itself)."""
+                          ) -> list[tuple[dict[str, str], dict[str, str] | None]]:
+        """Lane change and candidate change of every link, in one diff-tree (no candidate change when the
+        candidate is the lane commit itself: its change is the lane change by definition)."""
         pairs: list[tuple[str, str]] = []
         for on, base, lane, candidate, _ in built:
-            if candidate != lane:
-                pairs += [(base, lane), (on, candidate)]
+            pairs += [(base, lane)] + ([(on, candidate)] if candidate != lane else [])
         changes = iter(change_identities(root, pairs))
-        return [None if candidate == lane else (next(changes), next(changes))
-                for _, _, lane, candidate, _ in built]
+        return [(next(changes), next(changes) if candidate != lane else None) for _, _, lane, candidate, _ in built]
 
     def _remember_trees(self, root: str, built: list[tuple[str, str, str, str, set[str]]],
-                        identities: list[tuple[dict[str, str], dict[str, str]] | None]) -> None:
-        """Each built candidate's listing: its parent's, with the change diff-tree reported between them."""
-        for (on, base, lane, candidate, _), change in zip(built, identities):
-            if candidate in self._listings:
-                continue
-            if change is None:  # the lane commit itself: its listing is its base's with the lane change
-                self._listings[candidate] = _patched(self._listing(root, base), self._lane_change(root, base, lane))
-            else:
-                self._listings[candidate] = _patched(self._listing(root, on), change[1])
+                        identities: list[tuple[dict[str, str], dict[str, str] | None]]) -> None:
+        """Each built candidate's listing: its parent's, with the change diff-tree reported between them
+        (the lane commit itself: its base's with the lane change); then the chain's new blobs, in one read."""
+        for (on, base, _, candidate, _), (lane_change, candidate_change) in zip(built, identities):
+            if candidate not in self._listings:
+                self._listings[candidate] = (_patched(self._listing(root, on), candidate_change)
+                                             if candidate_change is not None
+                                             else _patched(self._listing(root, base), lane_change))
         wanted = sorted({entry.sha for _, _, _, candidate, _ in built
                          for entry in self._listings[candidate].values()
                          if entry.kind == "blob" and entry.sha not in self._blobs})
@@ -553,10 +553,6 @@ class GitLanes:
         if commit not in self._listings:
             self._listings[commit] = _read_listing(root, commit)
         return self._listings[commit]
-
-    @staticmethod
-    def _lane_change(root: str, base: str, lane: str) -> dict[str, str]:
-        return change_identities(root, [(base, lane)])[0]
 
     def _candidate_tree(self, root: str, commit: str) -> "CandidateTree":
         """A built candidate's tree from what the chain remembered; read from git when it was not built here."""
