@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from typing import Any, Iterable
 
 import msgspec
@@ -192,6 +193,7 @@ class GitLanes:
         self._ancestry: dict[str, tuple[str, frozenset[str]]] = {}  # built candidate -> (anchor, commits added)
         self._listings: dict[str, dict[str, TreeEntry]] = {}  # commit -> its full listing
         self._blobs: dict[str, bytes] = {}
+        self._content_digests: dict[tuple[str, str], str] = {}  # (blob, mode) -> protected-input digest
 
     # ------------------------------------------------------------ coordinator and Lanes
 
@@ -560,7 +562,7 @@ class GitLanes:
         if listing is None or any(entry.kind == "blob" and entry.sha not in self._blobs
                                   for entry in listing.values()):
             return CandidateTree.read(root, commit)
-        return CandidateTree(listing, self._blobs)
+        return CandidateTree(listing, self._blobs, self._content_digests)
 
     def verify_candidate(self, request: IntegrationRequest, build: CandidateBuild, slots: Any,
                          flake_reruns: int = 0) -> CandidateVerdict:
@@ -761,10 +763,14 @@ class CandidateTree:
     temporary directories as there are descriptor sets to run, with no worktree involved.
     """
 
-    def __init__(self, entries: dict[str, TreeEntry], blobs: dict[str, bytes]) -> None:
+    def __init__(self, entries: dict[str, TreeEntry], blobs: dict[str, bytes],
+                 content_digests: dict[tuple[str, str], str] | None = None) -> None:
         self.entries = entries
         self.blobs = blobs
         self._digests: dict[str, str] | None = None
+        # (blob, mode) -> digest, shareable between the candidates of a round, which hold mostly the same blobs
+        self._content_digests = {} if content_digests is None else content_digests
+        self._lock = threading.Lock()  # a candidate's checks ask for its digests from their own threads
 
     @classmethod
     def read(cls, root: str, commit: str) -> "CandidateTree":
@@ -782,36 +788,54 @@ class CandidateTree:
     def input_digests(self) -> dict[str, str]:
         """The protected inputs of a tree written by `write_to`, as the QA runner reads them, computed once
         from the objects in memory so that each check's run hashes its tree only after the checks."""
-        if self._digests is None:
-            from lanes_es.adapters.qa import input_digest
+        with self._lock:
+            if self._digests is None:
+                self._digests = {os.path.normpath(path): self._digest_of(entry)
+                                 for path, entry in self.entries.items() if entry.kind == "blob"}
+            return self._digests
 
-            digests: dict[str, str] = {}
-            for path, entry in self.entries.items():
-                if entry.kind != "blob":
-                    continue
-                if entry.mode == "120000":
-                    digests[os.path.normpath(path)] = "link:" + os.fsdecode(self.blobs[entry.sha])
-                else:
-                    digests[os.path.normpath(path)] = input_digest(self.blobs[entry.sha],
-                                                                   0o755 if entry.mode == "100755" else 0o644)
-            self._digests = digests
-        return self._digests
+    def _digest_of(self, entry: TreeEntry) -> str:
+        from lanes_es.adapters.qa import input_digest
+
+        if entry.mode == "120000":
+            return "link:" + os.fsdecode(self.blobs[entry.sha])
+        key = (entry.sha, entry.mode)
+        if key not in self._content_digests:
+            self._content_digests[key] = input_digest(self.blobs[entry.sha], 0o755 if entry.mode == "100755" else 0o644)
+        return self._content_digests[key]
 
     def write_to(self, directory: str) -> None:
-        """Write every entry under `directory`: files with their mode, symlinks as links, submodules as empty dirs."""
+        """Write every entry under `directory`: files with their mode, symlinks as links, submodules as empty dirs.
+
+        Each check of a candidate gets a tree of its own (a check may write into its tree, and no copy
+        on this file system is both cheaper and safe: hard links would share a check's writes), so this
+        is the fixed cost per check: each directory is made once, each file with one open and one write."""
+        made = {directory}
         for path, entry in self.entries.items():
             target = _safe_target(directory, path)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
+            parent = os.path.dirname(target)
+            if parent not in made:
+                os.makedirs(parent, exist_ok=True)
+                made.add(parent)
             if entry.kind == "commit":
                 os.makedirs(target, exist_ok=True)
+                made.add(target)
             elif entry.mode == "120000":
                 os.symlink(os.fsdecode(self.blobs[entry.sha]), target)
             else:
                 mode = 0o755 if entry.mode == "100755" else 0o644
                 handle = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-                with os.fdopen(handle, "wb") as stream:
-                    stream.write(self.blobs[entry.sha])
-                os.chmod(target, mode)
+                try:
+                    _write_all(handle, self.blobs[entry.sha])
+                    os.fchmod(handle, mode)  # the mode as git holds it, whatever the umask
+                finally:
+                    os.close(handle)
+
+
+def _write_all(handle: int, content: bytes) -> None:
+    view = memoryview(content)
+    while view:
+        view = view[os.write(handle, view):]
 
 
 def _read_blobs(root: str, shas: list[str]) -> dict[str, bytes]:
