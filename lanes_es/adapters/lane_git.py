@@ -341,8 +341,7 @@ class GitLanes:
         candidate = self._commit_candidate(root, head, base, lane, None)
         lane_change, candidate_change = change_identities(root, [(base, lane), (head, candidate)])
         if lane_change != candidate_change:
-            raise IntegrationError(CONFLICT, f"{CONFLICT}: candidate {candidate} does not carry the lane commit "
-                                             f"{lane} change")
+            raise _lost_change(candidate, lane)
         return candidate, landed_since_base
 
     @staticmethod
@@ -460,8 +459,7 @@ class GitLanes:
                 zip(built, identities)):
             if candidate_change is not None and lane_change != candidate_change:
                 del built[index:]
-                failure = IntegrationError(CONFLICT, f"{CONFLICT}: candidate {candidate} does not carry the lane "
-                                                     f"commit {lane} change")
+                failure = _lost_change(candidate, lane)
                 break
             results.append(CandidateBuild(commit=candidate, landed_since_base=sorted(landed)))
         try:
@@ -880,6 +878,10 @@ def _intents_at(root: str, commit: str, checks: list[IntegrationChild]) -> dict[
 
 def check_failure_reason(failed: list[str], candidate: str) -> str:
     return f"{CHECK_FAILED}: {', '.join(failed)} failed on candidate {candidate}"
+
+
+def _lost_change(candidate: str, lane: str) -> IntegrationError:
+    return IntegrationError(CONFLICT, f"{CONFLICT}: candidate {candidate} does not carry the lane commit {lane} change")
 
 
 def _already_in(lane: str, head: str) -> IntegrationError:
