@@ -213,6 +213,11 @@ class LaneGit(Protocol):
     def build_candidate(self, request: IntegrationRequest) -> CandidateBuild:
         """The candidate `request.batch_head` + the lane commit, the branch untouched; IntegrationError as integrate."""
 
+    def build_chain(self, root: str, parent: str, lanes: list[tuple[str, str]]
+                    ) -> list[CandidateBuild | IntegrationError]:
+        """The candidates parent + L1, + L2, ... of (lane base, lane commit) pairs, each as `build_candidate`
+        would build it on the one before; the list stops at the first failure, which it holds."""
+
     def verify_candidate(self, request: IntegrationRequest, build: CandidateBuild, slots: Any,
                          flake_reruns: int = 0) -> CandidateVerdict:
         """The acceptance rerun of §9.7 on the candidate, each task's checks on its own fresh tree, at most as

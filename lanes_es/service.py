@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, describe_holder
-from lanes_es.audit.anchor import AnchorRefused
-from lanes_es.audit.signing import KeyError_
 from lanes_es.domain import events as ev
 from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.batch import LaneBatch
@@ -464,6 +462,10 @@ class LanesService:
         anchor = getattr(self.adapters, "anchor_log", None)
         if anchor is None or batch is None or batch.version <= 0:
             return None
+        # The audit modules (DSSE, Merkle, signed notes) are imported only by a tick that anchors: `status` never does.
+        from lanes_es.audit.anchor import AnchorRefused
+        from lanes_es.audit.signing import KeyError_
+
         began = time.perf_counter()
         try:
             anchor(self.root, batch.id, batch.version, lambda after: self.store.stored_events(batch.id, after))

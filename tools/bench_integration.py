@@ -12,7 +12,10 @@ merge queue is built for). Measured in this process, around the tick's own steps
 - check runs: acceptance commands run during QA and during integration;
 - git spawns per integrated Lane, during integration.
 
-Times are also given as multiples of T. `--failing I` makes task I's check fail on any
+Times are also given as multiples of T, with the seconds spent in git in each phase (summed over
+threads). Why measured here and not from the events' timestamps: every event of a tick carries the
+tick's one `at` (the v2 record and report fold those times, and a run's log must not depend on how
+long a step took), so the log holds no time inside a tick; the bench therefore times the steps. `--failing I` makes task I's check fail on any
 candidate that holds task 0's work (it passes in its own Lane), to compare what each mode parks.
 """
 
@@ -107,6 +110,7 @@ class Phase:
     spans: list[tuple[float, float]] = field(default_factory=list)
     checks: int = 0
     spawns: int = 0
+    git_seconds: float = 0.0  # summed over threads: spawns run at once count each
 
     @property
     def seconds(self) -> float:
@@ -122,7 +126,7 @@ class Probe:
 
     @contextmanager
     def phase(self, phase: Phase, keep: Any = lambda: True) -> Iterator[None]:
-        self.current, began, spawns = phase, time.perf_counter(), STATS.spawns
+        self.current, began, spawns, in_git = phase, time.perf_counter(), STATS.spawns, STATS.seconds
         try:
             yield
         finally:
@@ -130,6 +134,7 @@ class Probe:
             if keep():
                 phase.spans.append((began, time.perf_counter()))
                 phase.spawns += STATS.spawns - spawns
+                phase.git_seconds += STATS.seconds - in_git
 
     def count_check(self) -> None:
         with self.lock:
@@ -206,6 +211,9 @@ def measure(mode: str, count: int, seconds: float, verify_workers: int | None, f
         "qa_check_runs": probe.qa.checks, "integration_check_runs": probe.integration.checks,
         "qa_ticks": len(probe.qa.spans), "integration_ticks": len(probe.integration.spans),
         "git_spawns_per_integrated_lane": round(probe.integration.spawns / max(len(integrated), 1), 1),
+        "integration_git_spawns": probe.integration.spawns,
+        "integration_git_seconds": round(probe.integration.git_seconds, 3),
+        "qa_git_spawns": probe.qa.spawns, "qa_git_seconds": round(probe.qa.git_seconds, 3),
         "integrated": len(integrated), "parked": parked, "total_seconds": round(total, 2),
     }
 
@@ -235,7 +243,9 @@ def run_integration_bench(counts: list[int], seconds: float, modes: list[str], v
                     print(f"K={count:>2} {mode:<11} QA {row['qa_seconds']:6.2f} s ({row['qa_t']:5.2f} T), "
                           f"integration {row['integration_seconds']:6.2f} s ({row['integration_t']:5.2f} T), "
                           f"check runs {row['qa_check_runs']} QA + {row['integration_check_runs']} integration, "
-                          f"{row['git_spawns_per_integrated_lane']} git spawns per integrated Lane, "
+                          f"{row['git_spawns_per_integrated_lane']} git spawns per integrated Lane "
+                          f"({row['integration_git_seconds']:.2f} s in git; QA {row['qa_git_spawns']} spawns, "
+                          f"{row['qa_git_seconds']:.2f} s), "
                           f"ticks with QA {row['qa_ticks']} / integration {row['integration_ticks']}, "
                           f"{row['integrated']} integrated, parked {[task for task, _ in row['parked']] or 'none'}",
                           flush=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from typing import Any, Iterable
 
 import msgspec
@@ -42,6 +43,8 @@ STATUS_ARGS = ("status", "--porcelain=v2", "--branch", "-z", "--untracked-files=
                "--no-renames")
 # diff-tree reads "<to> <from>" lines on stdin and prints "<to>\0" before each pair's records.
 IDENTITY_ARGS = ("diff-tree", "--stdin", "--always", "-r", "-z", "--raw", "--no-renames", "--no-ext-diff")
+# The fields of a lane commit its candidate takes (contracts §6.6: log's %B, its newline terminator included).
+LOG_META = "%an%x00%ae%x00%aI%x00%B"
 AUDIT_RECORD = "task-record.json"
 AUDIT_PROOF = "terminal-proof.json"
 
@@ -185,6 +188,12 @@ class GitLanes:
 
     def __init__(self) -> None:
         self._common_dirs: dict[str, str | None] = {}
+        # What a round's chains learned, kept for the tick (commits and trees never change):
+        self._lane_facts: dict[str, LaneCommit] = {}  # lane commit -> parents, log's author and message
+        self._ancestry: dict[str, tuple[str, frozenset[str]]] = {}  # built candidate -> (anchor, commits added)
+        self._listings: dict[str, dict[str, TreeEntry]] = {}  # commit -> its full listing
+        self._blobs: dict[str, bytes] = {}
+        self._content_digests: dict[tuple[str, str], str] = {}  # (blob, mode) -> protected-input digest
 
     # ------------------------------------------------------------ coordinator and Lanes
 
@@ -329,11 +338,10 @@ class GitLanes:
         if head == base:
             return lane, set()  # the lane commit itself: its change is the lane change by definition
         landed_since_base = self._landed_since_base(root, head, base, lane)
-        candidate = self._build_candidate(root, head, base, lane)
+        candidate = self._commit_candidate(root, head, base, lane, None)
         lane_change, candidate_change = change_identities(root, [(base, lane), (head, candidate)])
         if lane_change != candidate_change:
-            raise IntegrationError(CONFLICT, f"{CONFLICT}: candidate {candidate} does not carry the lane commit "
-                                             f"{lane} change")
+            raise _lost_change(candidate, lane)
         return candidate, landed_since_base
 
     @staticmethod
@@ -363,32 +371,9 @@ class GitLanes:
         if left == [lane]:
             return {line[1:] for line in listed if line.startswith(">")}
         if not left:
-            raise IntegrationError(CONFLICT, f"{CONFLICT}: lane commit {lane} is already in batch head {head}; a "
-                                             f"candidate would not carry the lane commit {lane} change")
+            raise _already_in(lane, head)
         raise IntegrationError(LINEAGE_BROKEN, lineage_broken(f"lane base {base} is not an ancestor of batch head "
                                                               f"{head}"))
-
-    def _build_candidate(self, root: str, head: str, base: str, lane: str) -> str:
-        """merge-tree, then commit-tree with the lane commit's message and author (LANE-INT-17)."""
-        options = [f"--merge-base={base}"] if self._supports_merge_base(root) else []
-        merged = git_ok(root, "merge-tree", "--write-tree", *options, head, lane)
-        if merged.exit_code == 1:
-            raise IntegrationError(CONFLICT, f"{CONFLICT}: lane commit {lane} does not apply cleanly onto batch "
-                                             f"head {head}")
-        tree = merged.text.split("\n")[0].strip() if merged.exit_code == 0 else ""
-        if not tree:
-            raise GitFailure(f"failed to build integration candidate: {merged.error_text or 'no tree produced'}")
-        meta = git(root, "log", "-n", "1", "--format=%an%x00%ae%x00%aI%x00%B", lane).stdout
-        # The message is log's %B output taken raw, newline terminator included, as upstream passes it
-        # to commit-tree (contracts §6.6); commit-tree stores it byte for byte.
-        name, email, date, message = meta.split(b"\0", 3)
-        env = {**batch_identity_env(), "GIT_AUTHOR_NAME": name.decode("utf-8", "surrogateescape"),
-               "GIT_AUTHOR_EMAIL": email.decode("utf-8", "surrogateescape"),
-               "GIT_AUTHOR_DATE": date.decode("ascii", "replace")}
-        created = git(root, "commit-tree", tree, "-p", head, "-F", "-", stdin=message, env=env).text.strip()
-        if not created:
-            raise GitFailure("failed to build integration candidate: git commit-tree printed no commit")
-        return created
 
     @classmethod
     def _supports_merge_base(cls, root: str) -> bool:
@@ -412,7 +397,8 @@ class GitLanes:
         if failed:
             raise IntegrationError(CHECK_FAILED, check_failure_reason(failed, candidate))
 
-    def _rerun_set(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str]
+    def _rerun_set(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str],
+                   read_tree: Any = None
                    ) -> tuple["CandidateTree", list[IntegrationChild], list[tuple[str, dict[str, Any]]]]:
         """The candidate's tree (read once, shared by its checks), the tasks to rerun on it (the child,
         then each sibling landed since the lane base) and their intents as the candidate holds them."""
@@ -422,7 +408,7 @@ class GitLanes:
             if not check.intent_path:
                 raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: {check.task_id} has no intent to rerun")
         try:
-            tree = CandidateTree.read(request.root, candidate)
+            tree = (read_tree or CandidateTree.read)(request.root, candidate)
         except GitFailure as error:
             raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: the descriptor rerun could not complete: "
                                                  f"{error}") from None
@@ -433,14 +419,152 @@ class GitLanes:
     # ------------------------------------------------------------ candidates of a round (speculative, batched)
 
     def build_candidate(self, request: IntegrationRequest) -> CandidateBuild:
+        """One candidate on `request.batch_head`: a chain of one."""
+        built = self.build_chain(request.root, request.batch_head, [(request.lane_base, request.lane_commit)])[0]
+        if isinstance(built, IntegrationError):
+            raise built
+        return built
+
+    def build_chain(self, root: str, parent: str, lanes: list[tuple[str, str]]
+                    ) -> list[CandidateBuild | IntegrationError]:
+        """The cumulative candidates parent + L1, + L2, ... for (lane base, lane commit) pairs, in order.
+
+        Each candidate passes serial's checks (`_candidate_on`) and is the commit serial would build,
+        but the chain costs few spawns: the lane commits' parents, authors and messages in one `log`
+        per round, no `rev-list` where the lane base is the chain's anchor (the ancestry is then known
+        from the chain itself), a `merge-tree` and a `commit-tree` per candidate, one `diff-tree` for
+        every identity of the chain, and the candidates' trees derived from the anchor's listing and
+        those identities (one `ls-tree` per anchor, one `cat-file` for the chain's new blobs), so that
+        `verify_candidate` spawns nothing to read its tree. The result stops at the first failure.
+        """
         try:
-            _, _, parents = self._integration_facts(request.root, request.lane_commit)
-            candidate, landed = self._candidate_on(request, parents)
-        except IntegrationError:
-            raise
+            commits = self._lane_commits(root, [lane for _, lane in lanes])
         except GitFailure as error:
-            raise IntegrationError(CONFLICT, f"{CONFLICT}: {error}") from None
-        return CandidateBuild(commit=candidate, landed_since_base=sorted(landed))
+            return [IntegrationError(CONFLICT, f"{CONFLICT}: {error}")]
+        built: list[tuple[str, str, str, str, set[str]]] = []  # (parent, base, lane, candidate, landed)
+        failure: IntegrationError | None = None
+        for base, lane in lanes:
+            on = built[-1][3] if built else parent
+            try:
+                candidate, landed = self._chain_link(root, on, base, lane, commits[lane])
+            except IntegrationError as error:
+                failure = error
+                break
+            except GitFailure as error:
+                failure = IntegrationError(CONFLICT, f"{CONFLICT}: {error}")
+                break
+            built.append((on, base, lane, candidate, landed))
+        results: list[CandidateBuild | IntegrationError] = []
+        try:
+            identities = self._chain_identities(root, built)
+        except GitFailure as error:
+            return [IntegrationError(CONFLICT, f"{CONFLICT}: {error}")]  # as serial, whose first link fails
+        for index, ((_, _, lane, candidate, landed), (lane_change, candidate_change)) in enumerate(
+                zip(built, identities)):
+            if candidate_change is not None and lane_change != candidate_change:
+                del built[index:]
+                failure = _lost_change(candidate, lane)
+                break
+            results.append(CandidateBuild(commit=candidate, landed_since_base=sorted(landed)))
+        try:
+            self._remember_trees(root, built, identities)
+        except GitFailure:
+            pass  # verification then reads each tree from git
+        return results + ([failure] if failure is not None else [])
+
+    def _chain_link(self, root: str, head: str, base: str, lane: str, facts: "LaneCommit") -> tuple[str, set[str]]:
+        """`_candidate_on` for one link: serial's checks and messages, the ancestry from the chain where it can."""
+        if facts.parents is None:
+            raise GitFailure(f"failed to read parents of {lane}")
+        if len(facts.parents) != 1:
+            raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
+                f"lane commit {lane} has {len(facts.parents)} parents, expected exactly one"))
+        if facts.parents[0] != base:
+            raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
+                f"lane commit {lane} does not descend from lane base {base}"))
+        if head == base:
+            self._ancestry[lane] = self._ancestry_of(head)[0], self._ancestry_of(head)[1] | {lane}
+            return lane, set()
+        landed = self._landed_from_chain(head, base, lane)
+        if landed is None:
+            landed = self._landed_since_base(root, head, base, lane)
+        candidate = self._commit_candidate(root, head, base, lane, facts)
+        anchor, added = self._ancestry_of(head)
+        self._ancestry[candidate] = anchor, added | {candidate}
+        return candidate, landed
+
+    def _ancestry_of(self, commit: str) -> tuple[str, frozenset[str]]:
+        """(anchor, added): the commits `commit` reaches are `added` and those the anchor reaches."""
+        return self._ancestry.get(commit, (commit, frozenset()))
+
+    def _landed_from_chain(self, head: str, base: str, lane: str) -> set[str] | None:
+        """`base..head` without git when the base is the anchor of the chain `head` ends: head then reaches
+        the base, the lane commit (a child of the anchor) is not under the anchor, and `base..head` is
+        exactly the chain's own commits. None otherwise (git answers)."""
+        anchor, added = self._ancestry_of(head)
+        if base != anchor:
+            return None
+        if lane in added:
+            raise _already_in(lane, head)
+        return set(added)
+
+    def _commit_candidate(self, root: str, head: str, base: str, lane: str, facts: "LaneCommit | None") -> str:
+        """merge-tree, then commit-tree with the lane commit's message and author (LANE-INT-17), read after
+        the merge as upstream does, unless the round read it already."""
+        options = [f"--merge-base={base}"] if self._supports_merge_base(root) else []
+        merged = git_ok(root, "merge-tree", "--write-tree", *options, head, lane)
+        if merged.exit_code == 1:
+            raise IntegrationError(CONFLICT, f"{CONFLICT}: lane commit {lane} does not apply cleanly onto batch "
+                                             f"head {head}")
+        tree = merged.text.split("\n")[0].strip() if merged.exit_code == 0 else ""
+        if not tree:
+            raise GitFailure(f"failed to build integration candidate: {merged.error_text or 'no tree produced'}")
+        meta = facts.meta if facts is not None else git(root, "log", "-n", "1", f"--format={LOG_META}", lane).stdout
+        return _commit_tree(root, tree, head, meta)
+
+    def _lane_commits(self, root: str, lanes: list[str]) -> dict[str, "LaneCommit"]:
+        """Parents and `log`'s author/message fields of each lane commit, read once per round for all of them."""
+        wanted = [lane for lane in dict.fromkeys(lanes) if lane not in self._lane_facts]
+        if wanted:
+            self._lane_facts.update(_read_lane_commits(root, wanted))
+        return {lane: self._lane_facts[lane] for lane in lanes}
+
+    def _chain_identities(self, root: str, built: list[tuple[str, str, str, str, set[str]]]
+                          ) -> list[tuple[dict[str, str], dict[str, str] | None]]:
+        """Lane change and candidate change of every link, in one diff-tree (no candidate change when the
+        candidate is the lane commit itself: its change is the lane change by definition)."""
+        pairs: list[tuple[str, str]] = []
+        for on, base, lane, candidate, _ in built:
+            pairs += [(base, lane)] + ([(on, candidate)] if candidate != lane else [])
+        changes = iter(change_identities(root, pairs))
+        return [(next(changes), next(changes) if candidate != lane else None) for _, _, lane, candidate, _ in built]
+
+    def _remember_trees(self, root: str, built: list[tuple[str, str, str, str, set[str]]],
+                        identities: list[tuple[dict[str, str], dict[str, str] | None]]) -> None:
+        """Each built candidate's listing: its parent's, with the change diff-tree reported between them
+        (the lane commit itself: its base's with the lane change); then the chain's new blobs, in one read."""
+        for (on, base, _, candidate, _), (lane_change, candidate_change) in zip(built, identities):
+            if candidate not in self._listings:
+                self._listings[candidate] = (_patched(self._listing(root, on), candidate_change)
+                                             if candidate_change is not None
+                                             else _patched(self._listing(root, base), lane_change))
+        wanted = sorted({entry.sha for _, _, _, candidate, _ in built
+                         for entry in self._listings[candidate].values()
+                         if entry.kind == "blob" and entry.sha not in self._blobs})
+        self._blobs.update(_read_blobs(root, wanted))
+
+    def _listing(self, root: str, commit: str) -> dict[str, "TreeEntry"]:
+        if commit not in self._listings:
+            self._listings[commit] = _read_listing(root, commit)
+        return self._listings[commit]
+
+    def _candidate_tree(self, root: str, commit: str) -> "CandidateTree":
+        """A built candidate's tree from what the chain remembered; read from git when it was not built here."""
+        listing = self._listings.get(commit)
+        if listing is None or any(entry.kind == "blob" and entry.sha not in self._blobs
+                                  for entry in listing.values()):
+            return CandidateTree.read(root, commit)
+        return CandidateTree(listing, self._blobs, self._content_digests)
 
     def verify_candidate(self, request: IntegrationRequest, build: CandidateBuild, slots: Any,
                          flake_reruns: int = 0) -> CandidateVerdict:
@@ -449,7 +573,8 @@ class GitLanes:
         from concurrent.futures import ThreadPoolExecutor
 
         candidate = build.commit
-        tree, checks, intents = self._rerun_set(request, candidate, set(build.landed_since_base))
+        tree, checks, intents = self._rerun_set(request, candidate, set(build.landed_since_base),
+                                                self._candidate_tree)
         at_base = _intents_at(request.root, request.lane_base, checks) if flake_reruns else {}
 
         def run(task_id: str, intent: dict[str, Any]) -> CandidateCheck:
@@ -559,6 +684,78 @@ class TreeEntry(msgspec.Struct, frozen=True):
     sha: str
 
 
+class LaneCommit(msgspec.Struct, frozen=True):
+    """A lane commit's parents (None: unreadable) and `log --format=LOG_META` of it, as bytes."""
+
+    parents: list[str] | None
+    meta: bytes
+
+
+def _read_lane_commits(root: str, lanes: list[str]) -> dict[str, LaneCommit]:
+    """One `log --no-walk=unsorted` for every lane commit: the same fields `log -n 1` gives each.
+
+    Records start with a random marker a message cannot predict. When git refuses (an unknown
+    commit among them), each is read alone, so only the unreadable one fails, as serial's does."""
+    import secrets
+
+    marker = secrets.token_hex(16)
+    listed = git_ok(root, "log", "--no-walk=unsorted", f"--format={marker}%H%x00%P%x00{LOG_META}", *lanes, "--")
+    if listed.exit_code != 0:
+        return {lane: _read_lane_commit(root, lane) for lane in lanes}
+    found: dict[str, LaneCommit] = {}
+    for record in listed.stdout.split(marker.encode())[1:]:
+        commit, parents, meta = record.split(b"\0", 2)
+        found[commit.decode("ascii")] = LaneCommit(parents=parents.decode("ascii").split(), meta=meta)
+    return {lane: found.get(lane) or _read_lane_commit(root, lane) for lane in lanes}
+
+
+def _read_lane_commit(root: str, lane: str) -> LaneCommit:
+    parents = git_ok(root, "rev-parse", f"{lane}^@")
+    if parents.exit_code != 0:
+        return LaneCommit(parents=None, meta=b"")
+    return LaneCommit(parents=parents.text.split(),
+                      meta=git(root, "log", "-n", "1", f"--format={LOG_META}", lane).stdout)
+
+
+def _commit_tree(root: str, tree: str, parent: str, meta: bytes) -> str:
+    """commit-tree of `tree` on `parent` with the lane commit's author and message, byte for byte."""
+    # The message is log's %B output taken raw, newline terminator included, as upstream passes it
+    # to commit-tree (contracts §6.6); commit-tree stores it byte for byte.
+    name, email, date, message = meta.split(b"\0", 3)
+    env = {**batch_identity_env(), "GIT_AUTHOR_NAME": name.decode("utf-8", "surrogateescape"),
+           "GIT_AUTHOR_EMAIL": email.decode("utf-8", "surrogateescape"),
+           "GIT_AUTHOR_DATE": date.decode("ascii", "replace")}
+    created = git(root, "commit-tree", tree, "-p", parent, "-F", "-", stdin=message, env=env).text.strip()
+    if not created:
+        raise GitFailure("failed to build integration candidate: git commit-tree printed no commit")
+    return created
+
+
+def _read_listing(root: str, commit: str) -> dict[str, TreeEntry]:
+    """Every entry of `commit`'s tree, recursively (ls-tree -r: files, symlinks, submodules)."""
+    listing = git(root, "ls-tree", "-r", "-z", "--full-tree", commit).stdout.decode("utf-8", "surrogateescape")
+    entries: dict[str, TreeEntry] = {}
+    for record in listing.split("\0"):
+        if not record:
+            continue
+        meta, path = record.split("\t", 1)
+        mode, kind, sha = meta.split(" ")
+        entries[path] = TreeEntry(mode, kind, sha)
+    return entries
+
+
+def _patched(listing: dict[str, TreeEntry], change: dict[str, str]) -> dict[str, TreeEntry]:
+    """`listing` with a change identity (path -> "<mode> <sha>", the zero mode for a removal) applied."""
+    patched = dict(listing)
+    for path, held in change.items():
+        mode, sha = held.split(" ")
+        if mode.strip("0") == "":
+            patched.pop(path, None)
+        else:
+            patched[path] = TreeEntry(mode, "commit" if mode == "160000" else "blob", sha)
+    return dict(sorted(patched.items()))
+
+
 class CandidateTree:
     """A commit's full tree read from the object store: ls-tree, then every blob in one cat-file.
 
@@ -568,21 +765,18 @@ class CandidateTree:
     temporary directories as there are descriptor sets to run, with no worktree involved.
     """
 
-    def __init__(self, entries: dict[str, TreeEntry], blobs: dict[str, bytes]) -> None:
+    def __init__(self, entries: dict[str, TreeEntry], blobs: dict[str, bytes],
+                 content_digests: dict[tuple[str, str], str] | None = None) -> None:
         self.entries = entries
         self.blobs = blobs
         self._digests: dict[str, str] | None = None
+        # (blob, mode) -> digest, shareable between the candidates of a round, which hold mostly the same blobs
+        self._content_digests = {} if content_digests is None else content_digests
+        self._lock = threading.Lock()  # a candidate's checks ask for its digests from their own threads
 
     @classmethod
     def read(cls, root: str, commit: str) -> "CandidateTree":
-        listing = git(root, "ls-tree", "-r", "-z", "--full-tree", commit).stdout.decode("utf-8", "surrogateescape")
-        entries: dict[str, TreeEntry] = {}
-        for record in listing.split("\0"):
-            if not record:
-                continue
-            meta, path = record.split("\t", 1)
-            mode, kind, sha = meta.split(" ")
-            entries[path] = TreeEntry(mode, kind, sha)
+        entries = _read_listing(root, commit)
         wanted = sorted({entry.sha for entry in entries.values() if entry.kind == "blob"})
         return cls(entries, _read_blobs(root, wanted))
 
@@ -596,36 +790,54 @@ class CandidateTree:
     def input_digests(self) -> dict[str, str]:
         """The protected inputs of a tree written by `write_to`, as the QA runner reads them, computed once
         from the objects in memory so that each check's run hashes its tree only after the checks."""
-        if self._digests is None:
-            from lanes_es.adapters.qa import input_digest
+        with self._lock:
+            if self._digests is None:
+                self._digests = {os.path.normpath(path): self._digest_of(entry)
+                                 for path, entry in self.entries.items() if entry.kind == "blob"}
+            return self._digests
 
-            digests: dict[str, str] = {}
-            for path, entry in self.entries.items():
-                if entry.kind != "blob":
-                    continue
-                if entry.mode == "120000":
-                    digests[os.path.normpath(path)] = "link:" + os.fsdecode(self.blobs[entry.sha])
-                else:
-                    digests[os.path.normpath(path)] = input_digest(self.blobs[entry.sha],
-                                                                   0o755 if entry.mode == "100755" else 0o644)
-            self._digests = digests
-        return self._digests
+    def _digest_of(self, entry: TreeEntry) -> str:
+        from lanes_es.adapters.qa import input_digest
+
+        if entry.mode == "120000":
+            return "link:" + os.fsdecode(self.blobs[entry.sha])
+        key = (entry.sha, entry.mode)
+        if key not in self._content_digests:
+            self._content_digests[key] = input_digest(self.blobs[entry.sha], 0o755 if entry.mode == "100755" else 0o644)
+        return self._content_digests[key]
 
     def write_to(self, directory: str) -> None:
-        """Write every entry under `directory`: files with their mode, symlinks as links, submodules as empty dirs."""
+        """Write every entry under `directory`: files with their mode, symlinks as links, submodules as empty dirs.
+
+        Each check of a candidate gets a tree of its own (a check may write into its tree, and no copy
+        on this file system is both cheaper and safe: hard links would share a check's writes), so this
+        is the fixed cost per check: each directory is made once, each file with one open and one write."""
+        made = {directory}
         for path, entry in self.entries.items():
             target = _safe_target(directory, path)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
+            parent = os.path.dirname(target)
+            if parent not in made:
+                os.makedirs(parent, exist_ok=True)
+                made.add(parent)
             if entry.kind == "commit":
                 os.makedirs(target, exist_ok=True)
+                made.add(target)
             elif entry.mode == "120000":
                 os.symlink(os.fsdecode(self.blobs[entry.sha]), target)
             else:
                 mode = 0o755 if entry.mode == "100755" else 0o644
                 handle = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-                with os.fdopen(handle, "wb") as stream:
-                    stream.write(self.blobs[entry.sha])
-                os.chmod(target, mode)
+                try:
+                    _write_all(handle, self.blobs[entry.sha])
+                    os.fchmod(handle, mode)  # the mode as git holds it, whatever the umask
+                finally:
+                    os.close(handle)
+
+
+def _write_all(handle: int, content: bytes) -> None:
+    view = memoryview(content)
+    while view:
+        view = view[os.write(handle, view):]
 
 
 def _read_blobs(root: str, shas: list[str]) -> dict[str, bytes]:
@@ -670,6 +882,15 @@ def _intents_at(root: str, commit: str, checks: list[IntegrationChild]) -> dict[
 
 def check_failure_reason(failed: list[str], candidate: str) -> str:
     return f"{CHECK_FAILED}: {', '.join(failed)} failed on candidate {candidate}"
+
+
+def _lost_change(candidate: str, lane: str) -> IntegrationError:
+    return IntegrationError(CONFLICT, f"{CONFLICT}: candidate {candidate} does not carry the lane commit {lane} change")
+
+
+def _already_in(lane: str, head: str) -> IntegrationError:
+    return IntegrationError(CONFLICT, f"{CONFLICT}: lane commit {lane} is already in batch head {head}; a candidate "
+                                      f"would not carry the lane commit {lane} change")
 
 
 def _require_lineage(current_branch: str | None, current_head: str | None, branch: str, head: str) -> None:

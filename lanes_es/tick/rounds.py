@@ -117,30 +117,53 @@ def fail_unbuilt(state: Round, top: Candidate) -> None:
 
 def build_chain(state: Round, candidates: list[Candidate]) -> list[Candidate]:
     """Build each candidate on its parent (the round's head or the candidate before it); the ones built."""
-    built = [candidate for candidate in candidates if build_one(state, candidate)]
+    built = build_candidates(state, candidates)
     state.ctx.persist()
     return built
 
 
-def build_one(state: Round, candidate: Candidate) -> bool:
-    """Build one candidate and record it; a Lane that does not apply fails its candidate at once."""
+def build_candidates(state: Round, candidates: list[Candidate]) -> list[Candidate]:
+    """Build and record the candidates, each run of candidates stacked on one another as one chain
+    (one port call: its git reads are shared); a Lane that does not apply fails its candidate at once,
+    and the candidates stacked on it are not built (the next schedule rebuilds them elsewhere)."""
+    built: list[Candidate] = []
+    for chain in _chains(candidates):
+        built += build_stacked(state, chain)
+    return built
+
+
+def _chains(candidates: list[Candidate]) -> list[list[Candidate]]:
+    """Consecutive candidates each built on the one before it."""
+    chains: list[list[Candidate]] = []
+    for candidate in candidates:
+        if chains and candidate[:-1] == chains[-1][-1]:
+            chains[-1].append(candidate)
+        else:
+            chains.append([candidate])
+    return chains
+
+
+def build_stacked(state: Round, chain: list[Candidate]) -> list[Candidate]:
     ctx = state.ctx
-    parent = state.head if len(candidate) == 1 else _commit_of(state, candidate[:-1])
+    parent = state.head if len(chain[0]) == 1 else _commit_of(state, chain[0][:-1])
     if parent is None:
-        return False  # its parent did not apply: the next schedule rebuilds it elsewhere
-    lane = candidate[-1]
-    reparented_from = state.parents.get(lane) if state.parents.get(lane) not in (None, parent) else None
-    state.parents[lane] = parent
-    try:
-        build = ctx.ports.lane_git.build_candidate(_request(state, candidate, parent))
-    except PortError as error:
-        state.builds[candidate], state.failures[candidate], state.verdicts[candidate] = None, error, False
-        ctx.live.note_candidate_built(ctx.now, state.mode, list(candidate), parent, None, reparented_from)
-        ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), None, False, str(error), [])
-        return False
-    state.builds[candidate] = build
-    ctx.live.note_candidate_built(ctx.now, state.mode, list(candidate), parent, build.commit, reparented_from)
-    return True
+        return []  # its parent did not apply: the next schedule rebuilds it elsewhere
+    lanes = [(state.children[c[-1]]["lane"]["base_head"], state.children[c[-1]]["lane"]["lane_commit"]) for c in chain]
+    built: list[Candidate] = []
+    for candidate, result in zip(chain, ctx.ports.lane_git.build_chain(ctx.tick.root, parent, lanes)):
+        on = parent if candidate == chain[0] else _commit_of(state, candidate[:-1]) or parent
+        lane = candidate[-1]
+        reparented_from = state.parents.get(lane) if state.parents.get(lane) not in (None, on) else None
+        state.parents[lane] = on
+        if isinstance(result, PortError):
+            state.builds[candidate], state.failures[candidate], state.verdicts[candidate] = None, result, False
+            ctx.live.note_candidate_built(ctx.now, state.mode, list(candidate), on, None, reparented_from)
+            ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), None, False, str(result), [])
+            break
+        state.builds[candidate] = result
+        ctx.live.note_candidate_built(ctx.now, state.mode, list(candidate), on, result.commit, reparented_from)
+        built.append(candidate)
+    return built
 
 
 def _request(state: Round, candidate: Candidate, parent: str) -> Any:
@@ -153,13 +176,13 @@ def _request(state: Round, candidate: Candidate, parent: str) -> Any:
 
 
 def build_and_verify(state: Round, candidates: list[Candidate]) -> None:
-    """Each candidate's verification starts as soon as it is built, while the next ones are built."""
+    """Build the candidates (a chain costs a few git spawns), then verify them all at once."""
     ctx = state.ctx
     slots = threading.BoundedSemaphore(state.workers())
-    with ThreadPoolExecutor(max_workers=len(candidates), thread_name_prefix="lanes-es-candidate") as pool:
-        started = [(candidate, pool.submit(_verify_one, state, candidate, slots))
-                   for candidate in candidates if build_one(state, candidate)]
-        ctx.persist()
+    built = build_candidates(state, candidates)
+    with ThreadPoolExecutor(max_workers=max(len(built), 1), thread_name_prefix="lanes-es-candidate") as pool:
+        started = [(candidate, pool.submit(_verify_one, state, candidate, slots)) for candidate in built]
+        ctx.persist()  # the candidates' events are stored while their checks run
         state.verifications += len(started)
         results = [(candidate, future.result()) for candidate, future in started]
     for candidate, result in results:
