@@ -385,6 +385,9 @@ class LanesService:
         timings = _Timings()
         with self._locked(authorization.batch_id, wait):
             batch = self.store.batch(authorization.batch_id)
+            elsewhere = self._refuse_in_another_repository(slug, authorization, batch)
+            if elsewhere is not None:
+                return elsewhere
             repaired = self._repair_drift(batch)
             if batch is None and max_parallel is not None and max_parallel != authorization.max_parallel:
                 from lanes_es.tick import refusal_report
@@ -399,6 +402,20 @@ class LanesService:
             problem = self._anchor(outcome.batch, timings)
             self._write_stats(started, timings)
             return TickResult(outcome.report, authorization.batch_id, outcome.written, repaired, problem)
+
+    def _refuse_in_another_repository(self, slug: str, authorization: ev.BatchAuthorized,
+                                      batch: LaneBatch | None) -> TickResult | None:
+        """A batch confirmed in another checkout (issue 14): refused before anything here is read or
+        written; its audit event goes to the store only (lanes_es/tick/guards.py)."""
+        from lanes_es.tick.guards import repository_refusal
+
+        tick = self._tick_input(slug, authorization, None, None, None, None, None)
+        report = repository_refusal(tick, batch)
+        if report is None:
+            return None
+        if batch is not None:
+            self.store.save(batch)
+        return TickResult(report, authorization.batch_id, written=False)
 
     def _tick_input(self, slug: str, authorization: ev.BatchAuthorized, max_parallel: int | None,
                     offers: list[LaneOfferInput] | None, instruction: InstructionInput | None,

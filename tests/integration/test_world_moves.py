@@ -22,10 +22,11 @@ import pytest
 
 from tests.engine import Engine, SteppingClock, Task
 from tests.engine_more import make_engine
-from tests.gitfixtures import git_out
+from tests.gitfixtures import all_refs, git_out, run_git
 from tests.integration.world_moves import make_move
 
 PROJECT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.usefixtures("store_url")  # every test on SQLite and on PostgreSQL
 
 pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
 
@@ -251,3 +252,100 @@ def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_p
         assert not NOT_AFTER_A_MOVE & set(after), (gap, after)
         assert branch_head(engine) == outcome["head"], gap
         assert files_now(engine, outcome["files"]) == outcome["files"], gap
+
+
+# ---------------------------------------------------------------- the repository moved (a shared store)
+
+
+def other_checkout(engine: Engine, tmp_path: Path) -> str:
+    """A clone of the coordinator with the batch branch checked out at the same head: the same
+    root commit, Initiative, intents, branch and head; only the repository differs."""
+    clone = str(tmp_path / "clone")
+    run_git(tmp_path, "clone", "-q", engine.root, clone)
+    run_git(clone, "checkout", "-q", f"imm/{engine.slug}")
+    assert git_out(clone, "rev-parse", "HEAD") == branch_head(engine)
+    return os.path.realpath(clone)
+
+
+def untouched(checkout: str) -> dict[str, Any]:
+    """Everything a tick could write in a checkout: refs, status with ignored files, worktrees, `.imm/`."""
+    return {"refs": all_refs(checkout), "status": git_out(checkout, "status", "--porcelain", "--ignored",
+                                                          "--untracked-files=all"),
+            "worktrees": git_out(checkout, "worktree", "list", "--porcelain"),
+            "imm": sorted(str(p) for p in Path(checkout, ".imm").rglob("*"))}
+
+
+def test_a_tick_in_another_checkout_of_the_shared_store_is_refused_and_writes_only_its_audit_event(tmp_path):
+    """lanes-es's own blocker (upstream runs in the one checkout it is called in): the store is
+    shared, the clone matches in everything but the repository; the tick there is refused with
+    batch_repository_changed, only a TickRejected is appended, neither checkout changes, and the
+    batch goes on in its own repository."""
+    engine = mid_batch(tmp_path)
+    clone = other_checkout(engine, tmp_path)
+    coordinator, elsewhere = untouched(engine.root), untouched(clone)
+    state, events = engine.state_file().read_bytes(), len(list(engine.service.store.events(engine.batch.id)))
+    for _ in range(2):
+        code, out, err = cli("--root", clone, "tick", engine.slug, "--json")
+        report = json.loads(out)
+        assert code == 2 and report["batch_state"] == "rejected", err
+        assert report["reason"].startswith(f"batch_repository_changed: this checkout {clone} is not the repository "
+                                           f"the batch was confirmed in ({engine.root})")
+        assert f"lanes-es authorize {engine.slug}" in report["reason"]
+        assert untouched(clone) == elsewhere and untouched(engine.root) == coordinator
+        assert engine.state_file().read_bytes() == state
+    logged = [type(e).__name__ for e in engine.service.store.events(engine.batch.id)][events:]
+    assert logged == ["TickRejected", "TickRejected"]
+    assert engine.batch.batch_state == "running" and engine.states() == ["enrolled", "enrolled"]
+    code, report = tick(engine)  # in its own checkout the batch goes on: s1 integrates
+    assert code == 0 and engine.states()[0] == "integrated" and report["commits"]
+
+
+def test_a_renamed_checkout_is_another_repository_until_it_is_put_back(tmp_path):
+    """The repository is the checkout's real path: renamed, it is refused (nothing written there);
+    put back, the batch goes on."""
+    engine = mid_batch(tmp_path)
+    moved = str(tmp_path / "renamed")
+    os.rename(engine.root, moved)
+    code, out, _ = cli("--root", moved, "tick", engine.slug, "--json")
+    assert code == 2 and json.loads(out)["reason"].startswith("batch_repository_changed: ")
+    assert not Path(moved, ".imm/state/batches/restores").exists()
+    os.rename(moved, engine.root)
+    code, report = tick(engine)
+    assert code == 0 and engine.states()[0] == "integrated"
+
+
+def test_a_first_tick_in_another_checkout_creates_no_batch_and_no_branch(tmp_path):
+    """Authorized in the coordinator, ticked first from a clone: refused before the preflight, so
+    the clone gains no batch branch and the store no batch."""
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
+    assert cli("--root", engine.root, "authorize", engine.slug, "--yes")[0] == 0
+    clone = str(tmp_path / "clone")
+    run_git(tmp_path, "clone", "-q", engine.root, clone)
+    before = untouched(clone)
+    code, out, _ = cli("--root", clone, "tick", engine.slug, "--json")
+    assert code == 2 and json.loads(out)["reason"].startswith("batch_repository_changed: ")
+    assert untouched(clone) == before and engine.batch is None
+    assert tick(engine)[0] == 0 and engine.batch.batch_state == "running"
+
+
+def test_an_autopilot_run_in_another_checkout_is_refused_and_makes_no_lane(tmp_path, monkeypatch):
+    """`lanes-es run` from a clone sharing the store: the first tick is refused with the reason, the
+    autopilot exits 2 without making a Lane or starting an Executor, and neither checkout changes."""
+    from lanes_es.steward.run import run_autopilot
+    from tools.compose import build_service
+
+    engine = mid_batch(tmp_path)
+    clone = other_checkout(engine, tmp_path)
+    coordinator, elsewhere = untouched(engine.root), untouched(clone)
+    started = tmp_path / "started"
+    lines: list[str] = []
+    service = build_service(clone, clock=SteppingClock(time.time()))
+    executor = [sys.executable, "-c", f"open({str(started)!r}, 'w').close()"]
+    code = run_autopilot(service, engine.slug, 2, tmp_path / "clone-lanes", executor, yes=True, out=lines.append,
+                         poll=0.05)
+    text = "\n".join(lines)
+    assert code == 2, text
+    assert "batch_repository_changed" in text, text
+    assert not started.exists() and not (tmp_path / "clone-lanes").exists()
+    assert untouched(clone) == elsewhere and untouched(engine.root) == coordinator
+    assert engine.batch.batch_state == "running" and engine.states() == ["enrolled", "enrolled"]
