@@ -1,8 +1,8 @@
 """Issue 14: the engine fails closed whenever the world moves under a running batch.
 
 Each move (the Initiative's `Blocked by:` edited and committed in the coordinator, an intent
-edited, the batch branch moved by someone else, the coordinator dirtied with a user's own file)
-is driven through the command line and through the autopilot (`lanes-es run`), on real
+edited, the batch branch fast-forwarded or rewritten by someone else or switched away from, the
+coordinator dirtied with a user's own file, the batch ticked from another checkout) is driven through the command line and through the autopilot (`lanes-es run`), on real
 repositories: the batch parks or the tick refuses with upstream's reason, no commit lands on
 the batch branch after the move, and the user's files are byte-identical afterwards.
 """
@@ -36,6 +36,8 @@ EXPECTED = {
     "intent": (3, "batch_plan_digest_changed", "needs_human"),
     "intent_uncommitted": (2, "working_tree_unstaged", "running"),
     "branch": (3, "batch_head_lineage_moved", "needs_human"),
+    "switch": (3, "batch_branch_changed", "needs_human"),
+    "rewrite": (3, "batch_head_lineage_broken", "failed"),
     "dirty": (2, "working_tree_unstaged", "running"),
 }
 
@@ -87,7 +89,8 @@ def test_a_move_through_the_cli_parks_or_refuses_and_nothing_lands_after_it(tmp_
         got, report = tick(engine)
         assert got == exit_code
         assert report["reason"].startswith(f"{code}: ") or (
-            again and report["reason"] == "the parked batch requires a fresh literal-user confirmation")
+            again and report["reason"] in ("the parked batch requires a fresh literal-user confirmation",
+                                           f"terminal state already reached: {state}"))
         assert engine.batch.batch_state == state
         assert branch_head(engine) == head_after_move
         assert engine.batch.record["commits"] == [] and report["commits"] == []
@@ -95,7 +98,7 @@ def test_a_move_through_the_cli_parks_or_refuses_and_nothing_lands_after_it(tmp_
         assert "git add" not in report["reason"] + report["next_action"]
     events = [type(event).__name__ for event in engine.service.store.events(engine.batch.id)]
     assert "Integrated" not in events and "LaneCommitted" not in events
-    if state == "needs_human":  # the children in flight parked with the reason; their Lanes are kept
+    if state in ("needs_human", "failed"):  # the children in flight parked with the reason; their Lanes are kept
         assert [(c["state"], c["reason"].split(":")[0]) for c in engine.batch.record["children"]] == [
             ("needs_human", code), ("needs_human", code)]
         assert os.path.isdir(engine.lane("s1")) and os.path.isdir(engine.lane("s2"))
@@ -191,7 +194,8 @@ def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monke
 
 # ---------------------------------------------------------------- a move between any two ticks
 
-STOPPING = {"batch_plan_digest_changed", "batch_head_lineage_moved", "working_tree_unstaged"}
+STOPPING = {"batch_plan_digest_changed", "batch_head_lineage_moved", "batch_branch_changed",
+            "batch_head_lineage_broken", "working_tree_unstaged"}
 NOT_AFTER_A_MOVE = {"LaneAdmitted", "Enrolled", "LaneCommitted", "Integrated"}
 
 
