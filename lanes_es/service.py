@@ -15,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
-from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, describe_holder
+from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, default_store_url, describe_holder
 from lanes_es.audit.anchor import AnchorRefused
 from lanes_es.audit.signing import KeyError_
 from lanes_es.domain import events as ev
@@ -409,8 +409,10 @@ class LanesService:
         written; its audit event goes to the store only (lanes_es/tick/guards.py)."""
         from lanes_es.tick.guards import repository_refusal
 
+        common_dir = getattr(self.adapters, "common_dir", None)
+        own_store = common_dir is not None and getattr(self.store, "url", None) == default_store_url(common_dir)
         tick = self._tick_input(slug, authorization, None, None, None, None, None)
-        report = repository_refusal(tick, batch)
+        report = repository_refusal(tick, batch, shared_store=not own_store)
         if report is None:
             return None
         if batch is not None:

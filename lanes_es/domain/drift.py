@@ -17,8 +17,9 @@ The repository is lanes-es's own blocker (upstream runs in the one checkout it w
 a store shared by several checkouts can be ticked from one the confirmation was not given in.
 The repository is the coordinator checkout's top level by real path, as the authorization
 recorded it (`BatchAuthorized.repository`): a checkout renamed or moved, or a clone elsewhere,
-is another repository until a fresh confirmation is given there. An authorization from before
-the field (None) is not judged.
+is another repository until a fresh confirmation is given there. A log in the checkout's own
+embedded store is not judged: wherever that checkout went (renamed, copied whole), its log went
+with it and no other checkout reads it. Nor is an authorization from before the field (None).
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ def decide_drift(covered: Covered, observed: Observed) -> Drift | None:
     return None
 
 
-def decide_repository(recorded: str | None, checkout: str) -> Drift | None:
-    """The tick runs in `checkout` (its resolved top level); None when that is where the confirmation was given."""
-    if recorded is None or recorded == checkout:
+def decide_repository(recorded: str | None, checkout: str, shared_store: bool) -> Drift | None:
+    """The tick runs in `checkout` (its resolved top level), on a store `shared_store` or the checkout's
+    own; None when that is where the confirmation was given (or the log lives in the checkout itself)."""
+    if not shared_store or recorded is None or recorded == checkout:
         return None
     return Drift(REPOSITORY_CHANGED, f"this checkout {checkout} is not the repository the batch was confirmed in "
                                      f"({recorded})")

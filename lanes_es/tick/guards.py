@@ -35,14 +35,15 @@ from lanes_es.tick.context import TickOutcome, refusal_report
 from lanes_es.tick_input import TickInput
 
 
-def repository_refusal(tick: TickInput, batch: Any) -> dict[str, Any] | None:
+def repository_refusal(tick: TickInput, batch: Any, shared_store: bool) -> dict[str, Any] | None:
     """The refusal report when `tick` runs in another checkout than its confirmation's, else None.
+    `shared_store`: the log is not the checkout's own embedded store (only then can another read it).
 
     The refusal is recorded on `batch` (when it exists) as its audit event, for the caller to
     save in the store only: materializing the projections or signing a checkpoint would write
     into the wrong checkout.
     """
-    drift = decide_repository(tick.authorization.repository, tick.root)
+    drift = decide_repository(tick.authorization.repository, tick.root, shared_store)
     if drift is None:
         return None
     detail = f"{drift.detail}; {repository_next_action(tick.initiative_slug, tick.authorization.repository or '')}"

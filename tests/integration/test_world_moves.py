@@ -353,3 +353,34 @@ def test_an_autopilot_run_in_another_checkout_is_refused_and_makes_no_lane(tmp_p
     assert not started.exists() and not (tmp_path / "clone-lanes").exists()
     assert untouched(clone) == elsewhere and untouched(engine.root) == coordinator
     assert engine.batch.batch_state == "running" and engine.states() == ["enrolled", "enrolled"]
+
+
+def test_a_renamed_checkout_with_its_own_store_took_its_log_along_and_goes_on(tmp_path, monkeypatch):
+    """With the repository's own embedded store the log moved with the checkout and no other checkout
+    reads it: the repository is not judged. With the Lanes' links repaired (`git worktree repair`),
+    the batch goes on at the new place."""
+    monkeypatch.delenv("LANES_ES_STORE")
+    engine = mid_batch(tmp_path)
+    moved = str(tmp_path / "renamed")
+    os.rename(engine.root, moved)
+    run_git(moved, "worktree", "repair", engine.lane("s1"), engine.lane("s2"))
+    code, out, err = cli("--root", moved, "tick", engine.slug, "--json")
+    report = json.loads(out)
+    assert code == 0, report["reason"]
+    assert report["children"][0]["state"] == "integrated" and report["commits"]
+
+
+def test_a_lane_whose_links_broke_with_a_renamed_checkout_parks_as_lost(tmp_path, monkeypatch):
+    """Not repaired, the Lane is no git worktree any more: its QA cannot run, and the child parks
+    (batch_lane_lost, with git's words) instead of the tick failing; the sibling is left as it was."""
+    monkeypatch.delenv("LANES_ES_STORE")
+    engine = mid_batch(tmp_path)
+    moved = str(tmp_path / "renamed")
+    os.rename(engine.root, moved)
+    code, out, err = cli("--root", moved, "tick", engine.slug, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    lost, waiting = report["children"]
+    assert lost["state"] == "needs_human"
+    assert lost["reason"].startswith("batch_lane_lost: the Lane's git failed: git read-tree HEAD failed")
+    assert waiting["state"] == "enrolled" and report["commits"] == []
