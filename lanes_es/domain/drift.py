@@ -16,8 +16,9 @@ fresh confirmation of such a head ends too.
 The repository is lanes-es's own blocker (upstream runs in the one checkout it was called in):
 a store shared by several checkouts can be ticked from one the confirmation was not given in.
 The repository is the coordinator checkout's top level by real path, as the authorization
-recorded it (`BatchAuthorized.repository`): a checkout renamed or moved, or a clone elsewhere,
-is another repository until a fresh confirmation is given there. A log in the checkout's own
+recorded it (`BatchAuthorized.repository`): a checkout renamed or copied whole (which keeps the
+repository id the store keys Initiatives by, so it finds the batch) is another checkout until a
+fresh confirmation is given there. A log in the checkout's own
 embedded store is not judged: wherever that checkout went (renamed, copied whole), its log went
 with it and no other checkout reads it. Nor is an authorization from before the field (None).
 """

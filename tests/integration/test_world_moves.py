@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -262,13 +263,13 @@ def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_p
 
 
 def other_checkout(engine: Engine, tmp_path: Path) -> str:
-    """A clone of the coordinator with the batch branch checked out at the same head: the same
-    root commit, Initiative, intents, branch and head; only the repository differs."""
-    clone = str(tmp_path / "clone")
-    run_git(tmp_path, "clone", "-q", engine.root, clone)
-    run_git(clone, "checkout", "-q", f"imm/{engine.slug}")
-    assert git_out(clone, "rev-parse", "HEAD") == branch_head(engine)
-    return os.path.realpath(clone)
+    """A copy of the coordinator made by copying it whole (`.git` and its repository id included), so it
+    finds the same Initiative in the shared store: the same root commit, Initiative, intents, branch,
+    head and repository id; only the checkout differs. (A clone has an id, and Initiatives, of its own.)"""
+    copy = tmp_path / "clone"
+    shutil.copytree(engine.root, copy, symlinks=True)
+    assert git_out(str(copy), "rev-parse", "HEAD") == branch_head(engine)
+    return os.path.realpath(copy)
 
 
 def untouched(checkout: str) -> dict[str, Any]:
@@ -319,12 +320,12 @@ def test_a_renamed_checkout_is_another_repository_until_it_is_put_back(tmp_path)
 
 
 def test_a_first_tick_in_another_checkout_creates_no_batch_and_no_branch(tmp_path):
-    """Authorized in the coordinator, ticked first from a clone: refused before the preflight, so
-    the clone gains no batch branch and the store no batch."""
+    """Authorized in the coordinator, ticked first from a copy of it: refused before the preflight, so
+    the copy gains no batch branch and the store no batch."""
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
     assert cli("--root", engine.root, "authorize", engine.slug, "--yes")[0] == 0
     clone = str(tmp_path / "clone")
-    run_git(tmp_path, "clone", "-q", engine.root, clone)
+    shutil.copytree(engine.root, clone, symlinks=True)
     before = untouched(clone)
     code, out, _ = cli("--root", clone, "tick", engine.slug, "--json")
     assert code == 2 and json.loads(out)["reason"].startswith("batch_repository_changed: ")
