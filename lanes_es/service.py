@@ -15,7 +15,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
-from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, describe_holder
+from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, default_store_url, describe_holder
 from lanes_es.domain import events as ev
 from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.batch import LaneBatch
@@ -383,6 +383,9 @@ class LanesService:
         timings = _Timings()
         with self._locked(authorization.batch_id, wait):
             batch = self.store.batch(authorization.batch_id)
+            elsewhere = self._refuse_in_another_repository(slug, authorization, batch)
+            if elsewhere is not None:
+                return elsewhere
             repaired = self._repair_drift(batch)
             if batch is None and max_parallel is not None and max_parallel != authorization.max_parallel:
                 from lanes_es.tick import refusal_report
@@ -397,6 +400,22 @@ class LanesService:
             problem = self._anchor(outcome.batch, timings)
             self._write_stats(started, timings)
             return TickResult(outcome.report, authorization.batch_id, outcome.written, repaired, problem)
+
+    def _refuse_in_another_repository(self, slug: str, authorization: ev.BatchAuthorized,
+                                      batch: LaneBatch | None) -> TickResult | None:
+        """A batch confirmed in another checkout (issue 14): refused before anything here is read or
+        written; its audit event goes to the store only (lanes_es/tick/guards.py)."""
+        from lanes_es.tick.guards import repository_refusal
+
+        common_dir = getattr(self.adapters, "common_dir", None)
+        own_store = common_dir is not None and getattr(self.store, "url", None) == default_store_url(common_dir)
+        tick = self._tick_input(slug, authorization, None, None, None, None, None)
+        report = repository_refusal(tick, batch, shared_store=not own_store)
+        if report is None:
+            return None
+        if batch is not None:
+            self.store.save(batch)
+        return TickResult(report, authorization.batch_id, written=False)
 
     def _tick_input(self, slug: str, authorization: ev.BatchAuthorized, max_parallel: int | None,
                     offers: list[LaneOfferInput] | None, instruction: InstructionInput | None,

@@ -12,6 +12,15 @@ status), and stops the batch with the first blocker that holds.
 A head that moved off the expected one without descending from it is not decided here: the
 lineage check fails the batch (`batch_head_lineage_broken`), which is where upstream's
 fresh confirmation of such a head ends too.
+
+The repository is lanes-es's own blocker (upstream runs in the one checkout it was called in):
+a store shared by several checkouts can be ticked from one the confirmation was not given in.
+The repository is the coordinator checkout's top level by real path, as the authorization
+recorded it (`BatchAuthorized.repository`): a checkout renamed or copied whole (which keeps the
+repository id the store keys Initiatives by, so it finds the batch) is another checkout until a
+fresh confirmation is given there. A log in the checkout's own
+embedded store is not judged: wherever that checkout went (renamed, copied whole), its log went
+with it and no other checkout reads it. Nor is an authorization from before the field (None).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from lanes_es.domain.record import expected_batch_head
 PLAN_DIGEST_CHANGED = "batch_plan_digest_changed"
 BRANCH_CHANGED = "batch_branch_changed"
 HEAD_LINEAGE_MOVED = "batch_head_lineage_moved"
+REPOSITORY_CHANGED = "batch_repository_changed"  # lanes-es's own; upstream has no such blocker
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,20 @@ def decide_drift(covered: Covered, observed: Observed) -> Drift | None:
         return Drift(HEAD_LINEAGE_MOVED, f"{covered.branch} moved from {covered.expected_head} to {observed.head} "
                                          f"outside this batch")
     return None
+
+
+def decide_repository(recorded: str | None, checkout: str, shared_store: bool) -> Drift | None:
+    """The tick runs in `checkout` (its resolved top level), on a store `shared_store` or the checkout's
+    own; None when that is where the confirmation was given (or the log lives in the checkout itself)."""
+    if not shared_store or recorded is None or recorded == checkout:
+        return None
+    return Drift(REPOSITORY_CHANGED, f"this checkout {checkout} is not the repository the batch was confirmed in "
+                                     f"({recorded})")
+
+
+def repository_next_action(slug: str, recorded: str) -> str:
+    return (f"nothing was changed here or there; run lanes-es in {recorded}, or, if this checkout is where the "
+            f"batch should go on (the repository was moved), confirm it here with `lanes-es authorize {slug}`")
 
 
 def drift_next_action(slug: str) -> str:

@@ -10,6 +10,12 @@
    `needs_human` with the blocker's code; a parked one is not resumed; only a fresh
    confirmation of the batch as it stands goes on.
 
+0. Before all of that, and before the service reads or writes anything in the checkout (the
+   projections it repairs, the checkpoint ref it signs), the repository: a tick run in another
+   checkout than the one the confirmation was given in is refused (`batch_repository_changed`),
+   its audit event saved in the store and nothing else written, here or there
+   (`repository_refusal`, called by the service).
+
 Facts come through the tick's ports; the decisions are pure (lanes_es/domain/working_tree.py,
 lanes_es/domain/drift.py). The steps call `stop_if_world_moved`, `stop_if_head_moved` and
 `refuse_unknown_leaks`.
@@ -19,11 +25,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from lanes_es.domain.drift import Covered, Drift, Observed, decide_drift, drift_next_action
+from lanes_es.domain.drift import (
+    Covered, Drift, Observed, decide_drift, decide_repository, drift_next_action, repository_next_action,
+)
 from lanes_es.domain.working_tree import Unprovable, WorkingTreeRefusal, decide_working_tree
 from lanes_es.domain.record import IN_FLIGHT
 from lanes_es.ports import CoordinatorView, PortError
-from lanes_es.tick.context import TickOutcome
+from lanes_es.tick.context import TickOutcome, refusal_report
+from lanes_es.tick_input import TickInput
+
+
+def repository_refusal(tick: TickInput, batch: Any, shared_store: bool) -> dict[str, Any] | None:
+    """The refusal report when `tick` runs in another checkout than its confirmation's, else None.
+    `shared_store`: the log is not the checkout's own embedded store (only then can another read it).
+
+    The refusal is recorded on `batch` (when it exists) as its audit event, for the caller to
+    save in the store only: materializing the projections or signing a checkpoint would write
+    into the wrong checkout.
+    """
+    drift = decide_repository(tick.authorization.repository, tick.root, shared_store)
+    if drift is None:
+        return None
+    detail = f"{drift.detail}; {repository_next_action(tick.initiative_slug, tick.authorization.repository or '')}"
+    report = refusal_report(tick, batch, drift.code, detail)
+    if batch is not None:
+        batch.reject_tick(tick.now, report["reason"])
+    return report
 
 
 def working_tree_refusal(ports: Any, root: str, slug: str, record: dict[str, Any],

@@ -10,18 +10,22 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from lanes_es.ports import AdvanceResult
+from lanes_es.ports import AdvanceResult, GitFailure
 from lanes_es.tick.context import TickContext
 
 MAX_COORDINATOR_CORRECTIONS = 2
 CORRECTION_LIMIT_REACHED = "batch_correction_limit_reached"
 QA_LIMIT_REASON = "QA failure limit reached"
+LANE_LOST = "batch_lane_lost"
 
 
 def advance_children(ctx: TickContext, children: list[dict[str, Any]]) -> dict[str, AdvanceResult]:
     """`advanceTask` of each child, concurrently; the first failure in record order is raised, as in sequence."""
     def advance(child: dict[str, Any]) -> AdvanceResult:
-        return ctx.ports.kernel.advance_task(child["lane"]["path"], child["task_id"])
+        try:
+            return ctx.ports.kernel.advance_task(child["lane"]["path"], child["task_id"])
+        except GitFailure as failure:  # the Lane is no git worktree any more (its links broke: a moved checkout)
+            return AdvanceResult(state="lane_unreadable", reason=f"{LANE_LOST}: the Lane's git failed: {failure}")
 
     workers = min(len(children), max(ctx.limit, 1))
     if workers <= 1:

@@ -1,8 +1,8 @@
 """Issue 14: the engine fails closed whenever the world moves under a running batch.
 
 Each move (the Initiative's `Blocked by:` edited and committed in the coordinator, an intent
-edited, the batch branch moved by someone else, the coordinator dirtied with a user's own file)
-is driven through the command line and through the autopilot (`lanes-es run`), on real
+edited, the batch branch fast-forwarded or rewritten by someone else or switched away from, the
+coordinator dirtied with a user's own file, the batch ticked from another checkout) is driven through the command line and through the autopilot (`lanes-es run`), on real
 repositories: the batch parks or the tick refuses with upstream's reason, no commit lands on
 the batch branch after the move, and the user's files are byte-identical afterwards.
 """
@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -22,10 +23,11 @@ import pytest
 
 from tests.engine import Engine, SteppingClock, Task
 from tests.engine_more import make_engine
-from tests.gitfixtures import git_out
+from tests.gitfixtures import all_refs, git_out, run_git
 from tests.integration.world_moves import make_move
 
 PROJECT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.usefixtures("store_url")  # every test on SQLite and on PostgreSQL
 
 pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
 
@@ -35,6 +37,8 @@ EXPECTED = {
     "intent": (3, "batch_plan_digest_changed", "needs_human"),
     "intent_uncommitted": (2, "working_tree_unstaged", "running"),
     "branch": (3, "batch_head_lineage_moved", "needs_human"),
+    "switch": (3, "batch_branch_changed", "needs_human"),
+    "rewrite": (3, "batch_head_lineage_broken", "failed"),
     "dirty": (2, "working_tree_unstaged", "running"),
 }
 
@@ -86,7 +90,8 @@ def test_a_move_through_the_cli_parks_or_refuses_and_nothing_lands_after_it(tmp_
         got, report = tick(engine)
         assert got == exit_code
         assert report["reason"].startswith(f"{code}: ") or (
-            again and report["reason"] == "the parked batch requires a fresh literal-user confirmation")
+            again and report["reason"] in ("the parked batch requires a fresh literal-user confirmation",
+                                           f"terminal state already reached: {state}"))
         assert engine.batch.batch_state == state
         assert branch_head(engine) == head_after_move
         assert engine.batch.record["commits"] == [] and report["commits"] == []
@@ -94,7 +99,7 @@ def test_a_move_through_the_cli_parks_or_refuses_and_nothing_lands_after_it(tmp_
         assert "git add" not in report["reason"] + report["next_action"]
     events = [type(event).__name__ for event in engine.service.store.events(engine.batch.id)]
     assert "Integrated" not in events and "LaneCommitted" not in events
-    if state == "needs_human":  # the children in flight parked with the reason; their Lanes are kept
+    if state in ("needs_human", "failed"):  # the children in flight parked with the reason; their Lanes are kept
         assert [(c["state"], c["reason"].split(":")[0]) for c in engine.batch.record["children"]] == [
             ("needs_human", code), ("needs_human", code)]
         assert os.path.isdir(engine.lane("s1")) and os.path.isdir(engine.lane("s2"))
@@ -190,7 +195,8 @@ def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monke
 
 # ---------------------------------------------------------------- a move between any two ticks
 
-STOPPING = {"batch_plan_digest_changed", "batch_head_lineage_moved", "working_tree_unstaged"}
+STOPPING = {"batch_plan_digest_changed", "batch_head_lineage_moved", "batch_branch_changed",
+            "batch_head_lineage_broken", "working_tree_unstaged"}
 NOT_AFTER_A_MOVE = {"LaneAdmitted", "Enrolled", "LaneCommitted", "Integrated"}
 
 
@@ -251,3 +257,131 @@ def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_p
         assert not NOT_AFTER_A_MOVE & set(after), (gap, after)
         assert branch_head(engine) == outcome["head"], gap
         assert files_now(engine, outcome["files"]) == outcome["files"], gap
+
+
+# ---------------------------------------------------------------- the repository moved (a shared store)
+
+
+def other_checkout(engine: Engine, tmp_path: Path) -> str:
+    """A copy of the coordinator made by copying it whole (`.git` and its repository id included), so it
+    finds the same Initiative in the shared store: the same root commit, Initiative, intents, branch,
+    head and repository id; only the checkout differs. (A clone has an id, and Initiatives, of its own.)"""
+    copy = tmp_path / "clone"
+    shutil.copytree(engine.root, copy, symlinks=True)
+    assert git_out(str(copy), "rev-parse", "HEAD") == branch_head(engine)
+    return os.path.realpath(copy)
+
+
+def untouched(checkout: str) -> dict[str, Any]:
+    """Everything a tick could write in a checkout: refs, status with ignored files, worktrees, `.imm/`."""
+    return {"refs": all_refs(checkout), "status": git_out(checkout, "status", "--porcelain", "--ignored",
+                                                          "--untracked-files=all"),
+            "worktrees": git_out(checkout, "worktree", "list", "--porcelain"),
+            "imm": sorted(str(p) for p in Path(checkout, ".imm").rglob("*"))}
+
+
+def test_a_tick_in_another_checkout_of_the_shared_store_is_refused_and_writes_only_its_audit_event(tmp_path):
+    """lanes-es's own blocker (upstream runs in the one checkout it is called in): the store is
+    shared, the clone matches in everything but the repository; the tick there is refused with
+    batch_repository_changed, only a TickRejected is appended, neither checkout changes, and the
+    batch goes on in its own repository."""
+    engine = mid_batch(tmp_path)
+    clone = other_checkout(engine, tmp_path)
+    coordinator, elsewhere = untouched(engine.root), untouched(clone)
+    state, events = engine.state_file().read_bytes(), len(list(engine.service.store.events(engine.batch.id)))
+    for _ in range(2):
+        code, out, err = cli("--root", clone, "tick", engine.slug, "--json")
+        report = json.loads(out)
+        assert code == 2 and report["batch_state"] == "rejected", err
+        assert report["reason"].startswith(f"batch_repository_changed: this checkout {clone} is not the repository "
+                                           f"the batch was confirmed in ({engine.root})")
+        assert f"lanes-es authorize {engine.slug}" in report["reason"]
+        assert untouched(clone) == elsewhere and untouched(engine.root) == coordinator
+        assert engine.state_file().read_bytes() == state
+    logged = [type(e).__name__ for e in engine.service.store.events(engine.batch.id)][events:]
+    assert logged == ["TickRejected", "TickRejected"]
+    assert engine.batch.batch_state == "running" and engine.states() == ["enrolled", "enrolled"]
+    code, report = tick(engine)  # in its own checkout the batch goes on: s1 integrates
+    assert code == 0 and engine.states()[0] == "integrated" and report["commits"]
+
+
+def test_a_renamed_checkout_is_another_repository_until_it_is_put_back(tmp_path):
+    """The repository is the checkout's real path: renamed, it is refused (nothing written there);
+    put back, the batch goes on."""
+    engine = mid_batch(tmp_path)
+    moved = str(tmp_path / "renamed")
+    os.rename(engine.root, moved)
+    code, out, _ = cli("--root", moved, "tick", engine.slug, "--json")
+    assert code == 2 and json.loads(out)["reason"].startswith("batch_repository_changed: ")
+    assert not Path(moved, ".imm/state/batches/restores").exists()
+    os.rename(moved, engine.root)
+    code, report = tick(engine)
+    assert code == 0 and engine.states()[0] == "integrated"
+
+
+def test_a_first_tick_in_another_checkout_creates_no_batch_and_no_branch(tmp_path):
+    """Authorized in the coordinator, ticked first from a copy of it: refused before the preflight, so
+    the copy gains no batch branch and the store no batch."""
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
+    assert cli("--root", engine.root, "authorize", engine.slug, "--yes")[0] == 0
+    clone = str(tmp_path / "clone")
+    shutil.copytree(engine.root, clone, symlinks=True)
+    before = untouched(clone)
+    code, out, _ = cli("--root", clone, "tick", engine.slug, "--json")
+    assert code == 2 and json.loads(out)["reason"].startswith("batch_repository_changed: ")
+    assert untouched(clone) == before and engine.batch is None
+    assert tick(engine)[0] == 0 and engine.batch.batch_state == "running"
+
+
+def test_an_autopilot_run_in_another_checkout_is_refused_and_makes_no_lane(tmp_path, monkeypatch):
+    """`lanes-es run` from a clone sharing the store: the first tick is refused with the reason, the
+    autopilot exits 2 without making a Lane or starting an Executor, and neither checkout changes."""
+    from lanes_es.steward.run import run_autopilot
+    from tools.compose import build_service
+
+    engine = mid_batch(tmp_path)
+    clone = other_checkout(engine, tmp_path)
+    coordinator, elsewhere = untouched(engine.root), untouched(clone)
+    started = tmp_path / "started"
+    lines: list[str] = []
+    service = build_service(clone, clock=SteppingClock(time.time()))
+    executor = [sys.executable, "-c", f"open({str(started)!r}, 'w').close()"]
+    code = run_autopilot(service, engine.slug, 2, tmp_path / "clone-lanes", executor, yes=True, out=lines.append,
+                         poll=0.05)
+    text = "\n".join(lines)
+    assert code == 2, text
+    assert "batch_repository_changed" in text, text
+    assert not started.exists() and not (tmp_path / "clone-lanes").exists()
+    assert untouched(clone) == elsewhere and untouched(engine.root) == coordinator
+    assert engine.batch.batch_state == "running" and engine.states() == ["enrolled", "enrolled"]
+
+
+def test_a_renamed_checkout_with_its_own_store_took_its_log_along_and_goes_on(tmp_path, monkeypatch):
+    """With the repository's own embedded store the log moved with the checkout and no other checkout
+    reads it: the repository is not judged. With the Lanes' links repaired (`git worktree repair`),
+    the batch goes on at the new place."""
+    monkeypatch.delenv("LANES_ES_STORE")
+    engine = mid_batch(tmp_path)
+    moved = str(tmp_path / "renamed")
+    os.rename(engine.root, moved)
+    run_git(moved, "worktree", "repair", engine.lane("s1"), engine.lane("s2"))
+    code, out, err = cli("--root", moved, "tick", engine.slug, "--json")
+    report = json.loads(out)
+    assert code == 0, report["reason"]
+    assert report["children"][0]["state"] == "integrated" and report["commits"]
+
+
+def test_a_lane_whose_links_broke_with_a_renamed_checkout_parks_as_lost(tmp_path, monkeypatch):
+    """Not repaired, the Lane is no git worktree any more: its QA cannot run, and the child parks
+    (batch_lane_lost, with git's words) instead of the tick failing; the sibling is left as it was."""
+    monkeypatch.delenv("LANES_ES_STORE")
+    engine = mid_batch(tmp_path)
+    moved = str(tmp_path / "renamed")
+    os.rename(engine.root, moved)
+    code, out, err = cli("--root", moved, "tick", engine.slug, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    lost, waiting = report["children"]
+    assert lost["state"] == "needs_human"
+    assert lost["reason"].startswith("batch_lane_lost: the Lane's git failed: git read-tree HEAD failed")
+    assert waiting["state"] == "enrolled" and report["commits"] == []

@@ -1,4 +1,6 @@
-"""Someone moves the world under a running batch: the four moves of issue 14, on a real coordinator.
+"""Someone moves the world under a running batch: the moves of issue 14, on a real coordinator
+(the Initiative or an intent edited, the batch branch fast-forwarded, rewritten or switched away
+from, the checkout dirtied).
 
 Each move returns what the user's own files hold afterwards (path -> bytes), so a test can check
 they are byte-identical once the engine has refused or parked. Run as a module, it is an
@@ -59,6 +61,18 @@ def move_branch(root: str) -> dict[str, bytes]:
     return {path: Path(root, path).read_bytes()}
 
 
+def switch_branch(root: str) -> dict[str, bytes]:
+    """The user switches the coordinator away from the batch branch (to main); the branch itself stays."""
+    _git(root, "checkout", "-q", "main")
+    return {}
+
+
+def rewrite_branch(root: str) -> dict[str, bytes]:
+    """The user rewrites the batch branch's last commit (same tree, a new id): not a fast-forward."""
+    _git(root, *USER, "commit", "-q", "--amend", "--allow-empty", "-m", "the user rewrites history")
+    return {}
+
+
 def dirty_coordinator(root: str) -> dict[str, bytes]:
     """An untracked file of the user's own in the coordinator checkout."""
     path = "scratch/mine.txt"
@@ -76,6 +90,10 @@ def make_move(kind: str, root: str, slug: str, other_task: str) -> dict[str, byt
         return edit_intent(root, other_task, commit=False)
     if kind == "branch":
         return move_branch(root)
+    if kind == "switch":
+        return switch_branch(root)
+    if kind == "rewrite":
+        return rewrite_branch(root)
     if kind == "dirty":
         return dirty_coordinator(root)
     raise ValueError(kind)
@@ -90,7 +108,7 @@ def main() -> int:
         head_before = _git(root, "rev-parse", "HEAD")
         files = make_move(os.environ["LANES_ES_TEST_MOVE"], root, branch.split("/", 1)[1],
                           os.environ["LANES_ES_TEST_OTHER_TASK"])
-        marker.write_text(json.dumps({"head_before": head_before, "head_after": _git(root, "rev-parse", "HEAD"),
+        marker.write_text(json.dumps({"head_before": head_before, "head_after": _git(root, "rev-parse", branch),
                                       "files": {path: data.hex() for path, data in files.items()}}))
     from tools.example_executor import main as deliver
 
