@@ -356,10 +356,29 @@ def test_run_refuses_an_unusable_executor_or_lanes_dir_before_confirming(repo, t
     assert not (tmp_path / "lanes").exists()
 
 
-def test_the_run_help_example_names_the_demo(plain_repo):
-    repo = plain_repo
-    text = lanes(repo, "run", "--help").stdout
-    assert "`lanes-es demo`" in text and "my-agent" in text
+LANES_ES = str(Path(sys.executable).with_name("lanes-es"))  # the installed command (the venv's)
+
+
+def try_it_script(help_text: str) -> str:
+    """The shell lines of the "Try it" example of `run --help`, as printed (continuations joined)."""
+    block = help_text.split("Try it", 1)[1].split("\n\n", 1)[1].split("\n\n", 1)[0]
+    return block.replace("\\\n", " ")
+
+
+def test_the_run_help_try_it_example_runs_the_demo_to_the_end(tmp_path, store_url):
+    """The example as printed, run by a shell with the installed lanes-es on PATH, completes the demo batch."""
+    help_text = subprocess.run([LANES_ES, "run", "--help"], capture_output=True, text=True, check=True).stdout
+    script = try_it_script(help_text)
+    assert "lanes-es demo --dir" in script and "run demo" in script and "--executor" in script
+    env = {**os.environ, "PATH": f"{Path(LANES_ES).parent}{os.pathsep}{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+    env.pop("PYTHONPATH", None)  # as a user's shell: lanes-es as installed, nothing borrowed from the test
+    result = subprocess.run(["bash", "-euc", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, timeout=300)
+    assert result.returncode == EXIT_OK, result.stdout[-3000:] + result.stderr
+    assert "completed: all enrollable children integrated" in result.stdout
+    (made,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    record = json.loads(lanes(made / "repo", "status", SLUG, "--json").stdout)
+    assert record["batch_state"] == "completed" and len(record["commits"]) == 6
 
 
 def test_task_status_in_a_parked_lane_says_parked_not_done(tmp_path, store_url):
@@ -396,3 +415,74 @@ def test_a_damaged_export_is_a_finding_and_a_missing_one_bad_input(repo, tmp_pat
     assert result.returncode == EXIT_FINDING and "FAIL export: unreadable_export" in result.stdout
     refused(lanes(repo, "verify", "--export", str(tmp_path / "missing.jsonl")), "cannot read the export")
     refused(lanes(repo, "rebuild", "--from-export", str(damaged)), "invalid_export")
+
+
+# ---------------------------------------------------------------- Ctrl-C in the autopilot
+
+HELD_EXECUTOR = """\
+import os, pathlib, sys, time
+marks = pathlib.Path(sys.argv[1])
+(marks / (os.environ["LANES_ES_TASK_ID"] + ".started")).write_text(str(os.getpid()))
+while not (marks / "go").exists():  # held until the test lets it deliver
+    time.sleep(0.05)
+os.execv(sys.executable, [sys.executable, "-P", "-m", "tools.example_executor"])
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+
+
+@pytest.mark.parametrize("whom", ["process_group", "autopilot_only"])
+def test_ctrl_c_while_executors_work_says_what_happened_and_the_next_run_goes_on(tmp_path, store_url, whom):
+    """SIGINT to the terminal's process group (Ctrl-C: the Executors get it too) or to the autopilot alone."""
+    import signal
+    import time
+
+    from tools.demo import executor_hints
+
+    repo, marks = tmp_path / "repo", tmp_path / "marks"
+    make_repository(repo)
+    marks.mkdir()
+    (tmp_path / "held.py").write_text(HELD_EXECUTOR)
+    command = [LANES_ES, "--root", str(repo), "run", SLUG, "--max-parallel", "2", "--lanes-dir", str(tmp_path / "lanes"),
+               "--executor", f"{sys.executable} -P {tmp_path / 'held.py'} {marks}", "--yes", "--poll", "0.05"]
+    env = {**os.environ, "LANES_ES_EXECUTOR_HINT": json.dumps(executor_hints())}
+    first = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(list(marks.glob("*.started"))) < 2 and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    started = {path.name.split(".")[0]: int(path.read_text()) for path in marks.glob("*.started")}
+    assert len(started) == 2, first.communicate()
+    if whom == "process_group":
+        os.killpg(first.pid, signal.SIGINT)
+    else:
+        first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 130, out + err
+    assert "Traceback" not in err and "internal error" not in out + err
+    line = next(line for line in out.splitlines() if line.startswith("lanes-es run: interrupted"))
+    assert "Run the same command again to go on" in line
+    tasks = sorted(started)
+    if whom == "process_group":
+        assert f"the Executors of {', '.join(tasks)} stopped with it" in line and "still working" not in line
+        assert not any(alive(pid) for pid in started.values())
+    else:
+        working = ", ".join(f"{task} (pid {started[task]})" for task in tasks)
+        assert f"Executors still working: {working}" in line and "stopped with it" not in line
+        assert all(alive(pid) for pid in started.values())
+    batch_id = next(word for word in out.split() if word.startswith("batch-demo-"))
+
+    (marks / "go").write_text("")
+    again = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert again.returncode == EXIT_OK, again.stdout[-3000:] + again.stderr
+    assert "Start the unattended" not in again.stdout  # the same batch, not a new confirmation
+    assert f"batch {batch_id}: completed: all enrollable children integrated" in again.stdout
+    for task in tasks:  # a killed Executor was started again; a surviving one was waited for, never doubled
+        headers = (tmp_path / "lanes" / ".executor-logs" / f"{task}.log").read_text().count("--- lanes-es run:")
+        assert headers == (2 if whom == "process_group" else 1), task
