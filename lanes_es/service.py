@@ -8,11 +8,13 @@ from an `Adapters` factory chosen at the composition root (tools/compose.py).
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 import uuid
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, describe_holder
@@ -228,6 +230,7 @@ class LanesService:
         max_parallel = parse_positive_count(max_parallel, "max_parallel")
         max_children = parse_positive_count(max_children, "max_children")
         qa_failure_limit = parse_positive_count(qa_failure_limit, "qa_failure_limit")
+        self.require_writable_state(f"authorize {slug}")
         if integration is not None and integration not in INTEGRATION_MODES:
             raise ServiceError("invalid_integration_mode", f"integration mode {integration!r} is unknown; choose "
                                                            f"{', '.join(INTEGRATION_MODES)}")
@@ -242,6 +245,7 @@ class LanesService:
             self._require_plan_unchanged(slug, recorded)
             return self._reconfirmation(slug, current, recorded, max_parallel, delegate_revisions)
         plan = self.plan(slug)
+        self._refuse_unreadable_intents(slug, plan)
         batch_id = f"batch-{slug}-{uuid.uuid4()}"
         if current is not None and recorded is None:
             # Authorized but never ticked: confirm it again as it stands, or, when the plan moved
@@ -260,6 +264,17 @@ class LanesService:
                             budget=budget, max_parallel=max_parallel or 1, final_verification=final_verification or None,
                             delegate_revisions=delegate_revisions, integration=integration or DEFAULT_INTEGRATION,
                             verify_workers=verify_workers, flake_reruns=flake_reruns or 0)
+
+    def _refuse_unreadable_intents(self, slug: str, plan: dict[str, Any]) -> None:
+        """An intent this user cannot read is no plan decision (a fix of its mode would change the plan under the
+        batch): refused before anything is confirmed, where a malformed or untracked one is only excluded."""
+        for task in plan.get("intent_errors", {}):
+            path = Path(self.root) / "docs" / "plans" / f"{task}.intent.json"
+            if path.exists() and not os.access(path, os.R_OK):
+                raise ServiceError("intent_unreadable",
+                                   f"{path} cannot be read by this user (permission denied), so task {task} cannot "
+                                   f"be planned; nothing was confirmed: fix its owner or mode (chmod u+r {path}), "
+                                   f"then run `lanes-es authorize {slug}` again")
 
     def _require_plan_unchanged(self, slug: str, recorded: LaneBatch) -> None:
         """A recorded batch runs the plan it was confirmed on; a changed plan is a new batch (upstream:
@@ -306,6 +321,18 @@ class LanesService:
                             flake_reruns=(recorded.flake_reruns if recorded is not None
                                           else flake_reruns or current.flake_reruns or 0))
 
+    def require_writable_state(self, command: str) -> None:
+        """A command that writes a batch's state files refuses before it records anything when it could not."""
+        from projections.files import unwritable_state_dir
+
+        blocked = unwritable_state_dir(self.root)
+        if blocked is not None:
+            cause = "cannot be written by this user" if blocked.is_dir() else "is a file, not a directory"
+            raise ServiceError("state_not_writable",
+                               f"{blocked} {cause}, so the batch's state files (.imm/state/batches/) cannot be "
+                               f"written; nothing was recorded: fix its owner or mode (chmod u+w {blocked}), or run "
+                               f"as its owner, then run `lanes-es {command}` again")
+
     def authorize(self, confirmation: Confirmation) -> ev.BatchAuthorized:
         """Record the literal user's yes to `confirmation` on the Initiative.
 
@@ -314,6 +341,7 @@ class LanesService:
         at once never mint two batches. The append carries the Initiative's version: an append that lost
         a race to another writer rereads and decides again.
         """
+        self.require_writable_state(f"authorize {confirmation.slug}")
         with self._locked(self.store.initiative_lock_name(confirmation.slug), DEFAULT_LOCK_WAIT):
             for attempt in range(LOST_RACE_RETRIES + 1):
                 initiative = self.store.initiative(confirmation.slug)
@@ -381,6 +409,7 @@ class LanesService:
         if authorization is None:
             raise ServiceError("batch_authorization_invalid",
                                f"Initiative {slug} has no current authorization; run `lanes-es authorize {slug}` first")
+        self.require_writable_state(f"tick {slug}")
         started = time.perf_counter()
         timings = _Timings()
         with self._locked(authorization.batch_id, wait):
@@ -525,6 +554,7 @@ class LanesService:
                                                      f"`lanes-es authorize {slug}` starts a new one")
         batch = self.store.batch(current.batch_id)
         self._require_retirable(batch)
+        self.require_writable_state(f"retire {slug}")
         return RetireTarget(slug=slug, batch_id=current.batch_id, record_bytes=_record_bytes(batch))
 
     @staticmethod

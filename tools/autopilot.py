@@ -136,6 +136,15 @@ def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
     if lanes_dir.exists() and not lanes_dir.is_dir():
         raise ServiceError("invalid_lanes_dir", f"--lanes-dir {lanes_dir} is a file; name a directory (it is made "
                                                 f"when missing)")
+    existing = lanes_dir.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        what = "" if existing == lanes_dir.absolute() else f" (its nearest existing part {existing})"
+        raise ServiceError("invalid_lanes_dir", f"--lanes-dir {lanes_dir}{what} "
+                                                f"{'cannot be written by this user' if existing.is_dir() else 'is a file'}"
+                                                f", so no Lane can be made there; name a directory you can write, "
+                                                f"or fix its owner or mode (chmod u+w {existing})")
 
 
 __all__ = ["register", "refuse_unusable_run"]

@@ -49,6 +49,13 @@ def locate_repository(start: str | os.PathLike[str]) -> Repository:
 
     result = git_ok(str(path), "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir")
     if result.exit_code != 0:
+        said = result.stderr.decode("utf-8", "replace")
+        if "dubious ownership" in said:  # git 2.35.2+: a repository another user owns (safe.directory)
+            owner = said.split("repository at '", 1)[-1].split("'", 1)[0] if "repository at '" in said else str(path)
+            raise ServiceError("repository_not_owned",
+                               f"git refuses the repository at {owner}: another user owns it (git's safe.directory "
+                               f"rule); run lanes-es as its owner, or trust it with `git config --global --add "
+                               f"safe.directory {owner}`")
         raise ServiceError("not_a_git_repository",
                            f"{path} is not inside a git repository; run lanes-es in the coordinator checkout "
                            f"or pass --root DIR")

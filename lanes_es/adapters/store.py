@@ -43,6 +43,10 @@ class StoreError(Refusal, RuntimeError):
     """The store could not be opened or read; the message says which and why."""
 
 
+class StoreReadOnly(StoreError):
+    """The store cannot be written (its file or directory); a command that only reads can still open it."""
+
+
 class StoreConflict(StoreError):
     """Another writer saved this batch first: the tick wrote nothing else."""
 

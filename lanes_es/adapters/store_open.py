@@ -21,10 +21,10 @@ POSTGRES_EXTRA = "pip install 'lanes-es[postgres]' (from a checkout: pip install
 VERIFY_HINT = "`lanes-es verify BATCH_ID` lists what is damaged"
 
 
-def store_failure(url: str, cause: str) -> Exception:
-    from lanes_es.adapters.store import StoreError
+def store_failure(url: str, cause: str, read_only: bool = False) -> Exception:
+    from lanes_es.adapters.store import StoreError, StoreReadOnly
 
-    return StoreError(f"the event store {url} {cause}")
+    return (StoreReadOnly if read_only else StoreError)(f"the event store {url} {cause}")
 
 
 def sqlite_database(path: str, read_only: bool) -> str:
@@ -76,7 +76,8 @@ def _require_writable(store: Path) -> None:
     if directory.is_file() or not os.access(directory, os.W_OK) or (store.exists() and not os.access(store, os.W_OK)):
         raise store_failure(str(store), "is read-only (its file or directory cannot be written); this command writes "
                                         "to it: use a writable --store, or ask its owner. Read-only commands "
-                                        "(status, plan, replay, verify, export, audit) still work on it")
+                                        "(status, plan, replay, verify, export, audit, batches, flakes) still work "
+                                        "on it", read_only=True)
     try:
         store.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
