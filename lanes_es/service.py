@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 import uuid
 from contextlib import ExitStack, contextmanager
@@ -410,6 +411,7 @@ class LanesService:
             raise ServiceError("batch_authorization_invalid",
                                f"Initiative {slug} has no current authorization; run `lanes-es authorize {slug}` first")
         self.require_writable_state(f"tick {slug}")
+        self._require_stats_file()
         started = time.perf_counter()
         timings = _Timings()
         with self._locked(authorization.batch_id, wait):
@@ -527,6 +529,18 @@ class LanesService:
         self.store.save(batch)
         return [item.describe() for item in found]
 
+    def _require_stats_file(self) -> None:
+        """LANES_ES_STATS is checked before the tick: a tick that ran is never reported as refused for it."""
+        if not self.stats_path:
+            return
+        try:
+            with open(self.stats_path, "a", encoding="utf-8"):
+                pass
+        except OSError as error:
+            raise ServiceError("invalid_stats_file", f"LANES_ES_STATS={self.stats_path} cannot be appended to "
+                                                     f"({error.strerror}); nothing was ticked: name a writable file, "
+                                                     f"or unset LANES_ES_STATS") from None
+
     def _write_stats(self, started: float, timings: "_Timings") -> None:
         if not self.stats_path:
             return
@@ -536,8 +550,11 @@ class LanesService:
                 "store_seconds": round(timings.store, 4), "kernel_seconds": round(timings.kernel, 4),
                 "anchor_seconds": round(timings.anchor, 4),
                 "total_seconds": round(time.perf_counter() - started, 4), "events_appended": timings.events}
-        with open(self.stats_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
+        try:
+            with open(self.stats_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(line) + "\n")
+        except OSError as error:  # the tick itself is done and recorded: say so, do not fail it
+            print(f"lanes-es: tick statistics not written to {self.stats_path}: {error.strerror}", file=sys.stderr)
 
     # ------------------------------------------------------------ retire, rebuild
 

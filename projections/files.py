@@ -13,6 +13,7 @@ from typing import Any
 
 from lanes_es.adapters.files import write_atomic
 from lanes_es.domain.ids import is_valid_id
+from lanes_es.errors import naming
 
 BATCHES_DIR = Path(".imm") / "state" / "batches"
 
@@ -58,7 +59,8 @@ def write_atomically(path: Path, data: bytes) -> bool:
     if not path.parent.is_dir():
         raise NotADirectoryError(f"{path.parent} is not a directory")
     try:
-        write_atomic(path, data, path.parent)
+        with naming(path):  # a full disk fails the write or the fsync with no file name
+            write_atomic(path, data, path.parent)
     except PermissionError as error:  # named by the directory, not by the temporary file that could not be made
         raise PermissionError(error.errno, error.strerror, str(path.parent)) from None
     return True

@@ -486,3 +486,108 @@ def test_ctrl_c_while_executors_work_says_what_happened_and_the_next_run_goes_on
     for task in tasks:  # a killed Executor was started again; a surviving one was waited for, never doubled
         headers = (tmp_path / "lanes" / ".executor-logs" / f"{task}.log").read_text().count("--- lanes-es run:")
         assert headers == (2 if whom == "process_group" else 1), task
+
+
+# ---------------------------------------------------------------- found by trying (encodings, places, env, disks)
+
+
+@pytest.mark.parametrize("saved", ["utf-16", "bom"])
+def test_an_intent_saved_as_utf16_or_with_a_bom_says_how_to_save_it(repo, saved):
+    path = repo / "docs" / "plans" / "greet.intent.json"
+    text = path.read_text()
+    path.write_bytes(text.encode("utf-16") if saved == "utf-16" else b"\xef\xbb\xbf" + text.encode())
+    subprocess.run(["git", "commit", "-qam", saved], cwd=repo, check=True)
+    words = "is UTF-16 text, not UTF-8; save it as UTF-8" if saved == "utf-16" else "byte-order mark (BOM)"
+    plan = lanes(repo, "plan", SLUG)
+    assert plan.returncode == EXIT_OK and words in plan.stdout and "codec" not in plan.stdout
+    refused(lanes(repo, "intent", "overlap", str(path)), str(path), words)
+
+
+def test_an_initiative_in_utf16_is_named_as_such(repo):
+    carrier = repo / "docs" / "initiatives" / "wide.md"
+    carrier.write_bytes((repo / "docs" / "initiatives" / f"{SLUG}.md").read_text().encode("utf-16"))
+    refused(lanes(repo, "plan", "wide"), "docs/initiatives/wide.md is UTF-16 text, not UTF-8", "save it as UTF-8")
+
+
+def test_a_store_named_on_a_missing_directory_inside_the_checkout_or_empty_is_refused(repo, tmp_path):
+    missing = tmp_path / "no-such-dir" / "deeper" / "events.sqlite"
+    refused(lanes(repo, "--store", str(missing), "authorize", SLUG, "--yes"), str(missing),
+            f"{missing.parent}, which does not exist", f"mkdir -p {missing.parent}")
+    assert not (tmp_path / "no-such-dir").exists()
+    refused(lanes(repo, "authorize", SLUG, "--yes", env={"LANES_ES_STORE": "typo.sqlite"}),
+            "inside the coordinator checkout", "--store")
+    assert not (repo / "typo.sqlite").exists()
+    for empty in ("sqlite://", "   "):
+        refused(lanes(repo, "authorize", SLUG, "--yes", env={"LANES_ES_STORE": empty}), "names no file")
+    assert rows(store_of(repo)) == []
+    beside = tmp_path / "beside.sqlite"  # an existing directory outside the checkout is fine
+    assert lanes(repo, "--store", str(beside), "authorize", SLUG, "--yes").returncode == EXIT_OK
+
+
+def test_a_signing_or_public_key_that_is_no_text_is_refused_not_a_crash(repo):
+    batch_id = started(repo)
+    binary = shutil.which("true") or "/bin/true"
+    refused(lanes(repo, "key", "show", env={"LANES_ES_SIGNING_KEY": binary}), binary, "not a signing key",
+            "LANES_ES_SIGNING_KEY")
+    refused(lanes(repo, "verify", batch_id, env={"LANES_ES_PUBLIC_KEY": binary}), binary, "not text",
+            "lanes-es key show")
+
+
+def test_a_stats_file_that_cannot_be_written_refuses_before_the_tick(repo, tmp_path):
+    batch_id = authorized(repo)
+    for bad in (tmp_path / "no-such-dir" / "stats.jsonl", tmp_path):
+        refused(lanes(repo, "tick", SLUG, env={"LANES_ES_STATS": str(bad)}), f"LANES_ES_STATS={bad}",
+                "nothing was ticked", "unset LANES_ES_STATS")
+    assert [row for row in rows(store_of(repo)) if row[0] == batch_id] == []
+    if os.path.exists("/dev/full"):  # the tick ran: a full stats file after it is a warning, not a refusal
+        tick = lanes(repo, "tick", SLUG, env={"LANES_ES_STATS": "/dev/full"})
+        assert tick.returncode == EXIT_OK and "tick statistics not written to /dev/full" in tick.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 3 MiB tmpfs, unmounted after the test; skipped where mounting is not allowed."""
+    place = tmp_path / "small"
+    place.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(place)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield place
+    finally:
+        subprocess.run(["umount", "-l", str(place)], check=False)
+
+
+def fill(disk: Path, leave_kib: int) -> Path:
+    filler = disk / "filler"
+    filler.unlink(missing_ok=True)
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    with open(filler, "wb") as handle:
+        handle.truncate(0)
+        handle.write(b"\0" * max(free - leave_kib * 1024, 0))
+    return filler
+
+
+@pytest.mark.parametrize("leave_kib", [8, 30, 40, 50, 60, 70, 73, 80, 100])
+def test_a_full_disk_at_any_point_of_a_tick_is_named_and_loses_nothing(small_disk, leave_kib):
+    """The space left decides which write of the tick fails first: SQLite opening its WAL ("disk I/O error"),
+    the append, git's branch ref, the state file, the signing key's first write, the checkpoint. Each is
+    named (exit 2, or the tick done with a warning), never an internal error; freed, the next tick goes on,
+    the batch verifies and the signing key is whole."""
+    root = small_disk / "repo"
+    make_repository(root)
+    batch_id = authorized(root)
+    filler = fill(small_disk, leave_kib)
+    tick = lanes(root, "tick", SLUG)
+    said = tick.stdout + tick.stderr
+    assert tick.returncode in (EXIT_OK, EXIT_REFUSED), said
+    assert "Traceback" not in said and "internal error" not in said
+    assert "a file being written" not in said  # every full write names its file
+    if tick.returncode == EXIT_REFUSED:
+        assert any(words in said for words in ("disk is full", "disk holding it is full", "No space left")), said
+    filler.unlink()
+    again = lanes(root, "tick", SLUG)
+    assert again.returncode == EXIT_OK, again.stdout + again.stderr
+    assert lanes(root, "verify", batch_id).returncode == EXIT_OK
+    assert lanes(root, "key", "show").returncode == EXIT_OK
