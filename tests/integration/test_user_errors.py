@@ -591,3 +591,44 @@ def test_a_full_disk_at_any_point_of_a_tick_is_named_and_loses_nothing(small_dis
     assert again.returncode == EXIT_OK, again.stdout + again.stderr
     assert lanes(root, "verify", batch_id).returncode == EXIT_OK
     assert lanes(root, "key", "show").returncode == EXIT_OK
+
+
+FILLING_EXECUTOR = """\
+import os, pathlib, sys
+marks = pathlib.Path(sys.argv[1])
+if not (marks / "filled").exists():  # the first Executor fills the disk, then gives up without submitting
+    (marks / "filled").write_text("")
+    try:
+        with open(sys.argv[2], "wb") as handle:
+            while True:
+                handle.write(b"\\0" * 65536)
+                handle.flush()
+    except OSError:
+        pass
+    sys.exit(1)
+os.execv(sys.executable, [sys.executable, "-P", "-m", "tools.example_executor"])
+"""
+
+
+def test_the_autopilot_on_a_disk_that_fills_up_ends_with_a_named_cause_and_goes_on_once_freed(small_disk, tmp_path):
+    """The lease given back at the end fails too on a full disk: that must not hide why the run ended (it was
+    an internal error)."""
+    from tools.demo import executor_hints
+
+    root, marks = small_disk / "repo", tmp_path / "marks"
+    make_repository(root)
+    marks.mkdir()
+    (tmp_path / "filling.py").write_text(FILLING_EXECUTOR)
+    filler = small_disk / "filler"
+    command = [LANES_ES, "--root", str(root), "run", SLUG, "--max-parallel", "1", "--lanes-dir",
+               str(small_disk / "lanes"), "--executor", f"{sys.executable} -P {tmp_path / 'filling.py'} {marks} {filler}",
+               "--yes", "--poll", "0.05"]
+    env = {**os.environ, "LANES_ES_EXECUTOR_HINT": json.dumps(executor_hints())}
+    first = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    said = first.stdout + first.stderr
+    assert (marks / "filled").exists() and filler.exists(), said
+    assert first.returncode not in (EXIT_OK, 70) and "internal error" not in said and "Traceback" not in said, said
+    filler.unlink()
+    again = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert again.returncode == EXIT_OK, again.stdout[-3000:] + again.stderr
+    assert "completed: all enrollable children integrated" in again.stdout
