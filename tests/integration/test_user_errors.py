@@ -632,3 +632,91 @@ def test_the_autopilot_on_a_disk_that_fills_up_ends_with_a_named_cause_and_goes_
     again = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
     assert again.returncode == EXIT_OK, again.stdout[-3000:] + again.stderr
     assert "completed: all enrollable children integrated" in again.stdout
+
+
+# ---------------------------------------------------------------- concurrent commands, Ctrl-C during a tick
+
+
+def test_concurrent_authorizations_leave_one_batch_and_say_so(repo, store_url):
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: lanes(repo, "authorize", SLUG, "--yes", "--max-parallel", "2"), range(4)))
+    standing = json.loads(lanes(repo, "status", SLUG, "--json").stdout)["batch_id"]
+    assert any(result.returncode == EXIT_OK for result in results)
+    for result in results:
+        if result.returncode == EXIT_OK:
+            assert result.stdout.strip() == standing  # every id printed is the batch that stands
+        else:
+            refused(result, "authorization_raced", standing, f"lanes-es status {SLUG}")
+
+
+def slow_checks(repo: Path, marker: Path) -> None:
+    """Every task's acceptance check sleeps 30 s first while `marker` exists, so a tick is still in QA when it
+    is interrupted (and the next tick, the marker gone, is quick)."""
+    for path in (repo / "docs" / "plans").glob("*.intent.json"):
+        intent = json.loads(path.read_text())
+        descriptor = json.loads(intent["acceptance"][0]["verification"])
+        descriptor["command"]["argv"][1] = (f"import os, time; os.path.exists({str(marker)!r}) and time.sleep(30); "
+                                            + descriptor["command"]["argv"][1])
+        intent["acceptance"][0]["verification"] = json.dumps(descriptor)
+        path.write_text(json.dumps(intent, indent=2) + "\n")
+    subprocess.run(["git", "commit", "-qam", "slow checks"], cwd=repo, check=True)
+
+
+def sleeping_checks(marker: Path) -> list[int]:
+    """The pids of this test's slow checks now running (read from /proc: ps truncates long command lines)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(marker).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("whom", ["process_group", "tick_only"])
+def test_ctrl_c_during_a_ticks_qa_exits_130_and_the_next_tick_goes_on(repo, tmp_path, store_url, whom):
+    import signal
+    import time
+
+    marker = tmp_path / "slow"
+    marker.write_text("")
+    slow_checks(repo, marker)
+    batch_id = authorized(repo)
+    first = json.loads(lanes(repo, "tick", SLUG, "--json").stdout)
+    handoff = next(h for h in first["handoffs"] if h["action"] == "provision")
+    task, lane = handoff["task_id"], tmp_path / "lane"
+    subprocess.run(["git", "worktree", "add", "-q", "-b", handoff["lane_branch"], str(lane), handoff["base_head"]],
+                   cwd=repo, check=True)
+    assert lanes(repo, "tick", SLUG, "--offer", f"{task}={lane}").returncode == EXIT_OK
+    from tools.demo import TASKS
+
+    (lane / TASKS[task][4]).parent.mkdir(parents=True, exist_ok=True)
+    (lane / TASKS[task][4]).write_text(TASKS[task][5])
+    assert lanes(lane, "task", "submit").returncode == EXIT_OK
+    ticking = subprocess.Popen([LANES_ES, "tick", SLUG], cwd=repo, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not sleeping_checks(marker):
+        assert time.monotonic() < deadline and ticking.poll() is None, ticking.communicate()
+        time.sleep(0.05)
+    if whom == "process_group":
+        os.killpg(ticking.pid, signal.SIGINT)
+    else:
+        ticking.send_signal(signal.SIGINT)
+    out, err = ticking.communicate(timeout=20)  # well before the 30 s check could have ended
+    assert ticking.returncode == 130, out + err
+    assert err.strip() == ("lanes-es: interrupted; the log keeps every step already taken, run the command again "
+                           "to go on")
+    gone = time.monotonic() + 5
+    while sleeping_checks(marker) and time.monotonic() < gone:
+        time.sleep(0.05)
+    assert sleeping_checks(marker) == []  # the check stopped with the tick
+    assert lanes(repo, "verify", batch_id).returncode == EXIT_OK  # nothing half-written
+    marker.unlink()
+    again = lanes(repo, "tick", SLUG, "--json")
+    assert again.returncode == EXIT_OK, again.stderr
+    child = next(c for c in json.loads(again.stdout)["children"] if c["task_id"] == task)
+    assert child["state"] in ("integrated", "released"), child  # the QA ran again and the Lane landed
