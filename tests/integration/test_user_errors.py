@@ -509,7 +509,9 @@ def test_an_initiative_in_utf16_is_named_as_such(repo):
     refused(lanes(repo, "plan", "wide"), "docs/initiatives/wide.md is UTF-16 text, not UTF-8", "save it as UTF-8")
 
 
-def test_a_store_named_on_a_missing_directory_inside_the_checkout_or_empty_is_refused(repo, tmp_path):
+def test_a_store_named_on_a_missing_directory_inside_the_checkout_or_empty_is_refused(plain_repo, tmp_path):
+    """SQLite paths only: where a store file may be made."""
+    repo = plain_repo
     missing = tmp_path / "no-such-dir" / "deeper" / "events.sqlite"
     refused(lanes(repo, "--store", str(missing), "authorize", SLUG, "--yes"), str(missing),
             f"{missing.parent}, which does not exist", f"mkdir -p {missing.parent}")
@@ -519,7 +521,7 @@ def test_a_store_named_on_a_missing_directory_inside_the_checkout_or_empty_is_re
     assert not (repo / "typo.sqlite").exists()
     for empty in ("sqlite://", "   "):
         refused(lanes(repo, "authorize", SLUG, "--yes", env={"LANES_ES_STORE": empty}), "names no file")
-    assert rows(store_of(repo)) == []
+    assert rows(repo) == []
     beside = tmp_path / "beside.sqlite"  # an existing directory outside the checkout is fine
     assert lanes(repo, "--store", str(beside), "authorize", SLUG, "--yes").returncode == EXIT_OK
 
@@ -538,7 +540,7 @@ def test_a_stats_file_that_cannot_be_written_refuses_before_the_tick(repo, tmp_p
     for bad in (tmp_path / "no-such-dir" / "stats.jsonl", tmp_path):
         refused(lanes(repo, "tick", SLUG, env={"LANES_ES_STATS": str(bad)}), f"LANES_ES_STATS={bad}",
                 "nothing was ticked", "unset LANES_ES_STATS")
-    assert [row for row in rows(store_of(repo)) if row[0] == batch_id] == []
+    assert [row for row in rows(repo) if row[0] == batch_id] == []
     if os.path.exists("/dev/full"):  # the tick ran: a full stats file after it is a warning, not a refusal
         tick = lanes(repo, "tick", SLUG, env={"LANES_ES_STATS": "/dev/full"})
         assert tick.returncode == EXIT_OK and "tick statistics not written to /dev/full" in tick.stderr
@@ -637,7 +639,7 @@ def test_the_autopilot_on_a_disk_that_fills_up_ends_with_a_named_cause_and_goes_
 # ---------------------------------------------------------------- concurrent commands, Ctrl-C during a tick
 
 
-def test_concurrent_authorizations_leave_one_batch_and_say_so(repo, store_url):
+def test_concurrent_authorizations_leave_one_batch_and_say_so(repo):
     import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -648,7 +650,7 @@ def test_concurrent_authorizations_leave_one_batch_and_say_so(repo, store_url):
         if result.returncode == EXIT_OK:
             assert result.stdout.strip() == standing  # every id printed is the batch that stands
         else:
-            refused(result, "authorization_raced", standing, f"lanes-es status {SLUG}")
+            refused(result, "confirmation_superseded", f"lanes-es authorize {SLUG}")
 
 
 def slow_checks(repo: Path, marker: Path) -> None:
