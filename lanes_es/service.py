@@ -8,11 +8,14 @@ from an `Adapters` factory chosen at the composition root (tools/compose.py).
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 import time
 import uuid
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 from lanes_es.adapters.store import BatchLockHeld, EventStore, StoreConflict, default_store_url, describe_holder
@@ -226,6 +229,7 @@ class LanesService:
         max_parallel = parse_positive_count(max_parallel, "max_parallel")
         max_children = parse_positive_count(max_children, "max_children")
         qa_failure_limit = parse_positive_count(qa_failure_limit, "qa_failure_limit")
+        self.require_writable_state(f"authorize {slug}")
         if integration is not None and integration not in INTEGRATION_MODES:
             raise ServiceError("invalid_integration_mode", f"integration mode {integration!r} is unknown; choose "
                                                            f"{', '.join(INTEGRATION_MODES)}")
@@ -240,6 +244,7 @@ class LanesService:
             self._require_plan_unchanged(slug, recorded)
             return self._reconfirmation(slug, current, recorded, max_parallel, delegate_revisions)
         plan = self.plan(slug)
+        self._refuse_unreadable_intents(slug, plan)
         batch_id = f"batch-{slug}-{uuid.uuid4()}"
         if current is not None and recorded is None:
             # Authorized but never ticked: confirm it again as it stands, or, when the plan moved
@@ -258,6 +263,17 @@ class LanesService:
                             budget=budget, max_parallel=max_parallel or 1, final_verification=final_verification or None,
                             delegate_revisions=delegate_revisions, integration=integration or DEFAULT_INTEGRATION,
                             verify_workers=verify_workers, flake_reruns=flake_reruns or 0)
+
+    def _refuse_unreadable_intents(self, slug: str, plan: dict[str, Any]) -> None:
+        """An intent this user cannot read is no plan decision (a fix of its mode would change the plan under the
+        batch): refused before anything is confirmed, where a malformed or untracked one is only excluded."""
+        for task in plan.get("intent_errors", {}):
+            path = Path(self.root) / "docs" / "plans" / f"{task}.intent.json"
+            if path.exists() and not os.access(path, os.R_OK):
+                raise ServiceError("intent_unreadable",
+                                   f"{path} cannot be read by this user (permission denied), so task {task} cannot "
+                                   f"be planned; nothing was confirmed: fix its owner or mode (chmod u+r {path}), "
+                                   f"then run `lanes-es authorize {slug}` again")
 
     def _require_plan_unchanged(self, slug: str, recorded: LaneBatch) -> None:
         """A recorded batch runs the plan it was confirmed on; a changed plan is a new batch (upstream:
@@ -304,6 +320,18 @@ class LanesService:
                             flake_reruns=(recorded.flake_reruns if recorded is not None
                                           else flake_reruns or current.flake_reruns or 0))
 
+    def require_writable_state(self, command: str) -> None:
+        """A command that writes a batch's state files refuses before it records anything when it could not."""
+        from projections.files import unwritable_state_dir
+
+        blocked = unwritable_state_dir(self.root)
+        if blocked is not None:
+            cause = "cannot be written by this user" if blocked.is_dir() else "is a file, not a directory"
+            raise ServiceError("state_not_writable",
+                               f"{blocked} {cause}, so the batch's state files (.imm/state/batches/) cannot be "
+                               f"written; nothing was recorded: fix its owner or mode (chmod u+w {blocked}), or run "
+                               f"as its owner, then run `lanes-es {command}` again")
+
     def authorize(self, confirmation: Confirmation) -> ev.BatchAuthorized:
         """Record the literal user's yes to `confirmation` on the Initiative.
 
@@ -312,6 +340,7 @@ class LanesService:
         at once never mint two batches. The append carries the Initiative's version: an append that lost
         a race to another writer rereads and decides again.
         """
+        self.require_writable_state(f"authorize {confirmation.slug}")
         with self._locked(self.store.initiative_lock_name(confirmation.slug), DEFAULT_LOCK_WAIT):
             for attempt in range(LOST_RACE_RETRIES + 1):
                 initiative = self.store.initiative(confirmation.slug)
@@ -379,6 +408,8 @@ class LanesService:
         if authorization is None:
             raise ServiceError("batch_authorization_invalid",
                                f"Initiative {slug} has no current authorization; run `lanes-es authorize {slug}` first")
+        self.require_writable_state(f"tick {slug}")
+        self._require_stats_file()
         started = time.perf_counter()
         timings = _Timings()
         with self._locked(authorization.batch_id, wait):
@@ -519,6 +550,18 @@ class LanesService:
         self.store.save(batch)
         return [item.describe() for item in found]
 
+    def _require_stats_file(self) -> None:
+        """LANES_ES_STATS is checked before the tick: a tick that ran is never reported as refused for it."""
+        if not self.stats_path:
+            return
+        try:
+            with open(self.stats_path, "a", encoding="utf-8"):
+                pass
+        except OSError as error:
+            raise ServiceError("invalid_stats_file", f"LANES_ES_STATS={self.stats_path} cannot be appended to "
+                                                     f"({error.strerror}); nothing was ticked: name a writable file, "
+                                                     f"or unset LANES_ES_STATS") from None
+
     def _write_stats(self, started: float, timings: "_Timings") -> None:
         if not self.stats_path:
             return
@@ -528,8 +571,11 @@ class LanesService:
                 "store_seconds": round(timings.store, 4), "kernel_seconds": round(timings.kernel, 4),
                 "anchor_seconds": round(timings.anchor, 4),
                 "total_seconds": round(time.perf_counter() - started, 4), "events_appended": timings.events}
-        with open(self.stats_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
+        try:
+            with open(self.stats_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(line) + "\n")
+        except OSError as error:  # the tick itself is done and recorded: say so, do not fail it
+            print(f"lanes-es: tick statistics not written to {self.stats_path}: {error.strerror}", file=sys.stderr)
 
     # ------------------------------------------------------------ retire, rebuild
 
@@ -546,6 +592,7 @@ class LanesService:
                                                      f"`lanes-es authorize {slug}` starts a new one")
         batch = self.store.batch(current.batch_id)
         self._require_retirable(batch)
+        self.require_writable_state(f"retire {slug}")
         return RetireTarget(slug=slug, batch_id=current.batch_id, record_bytes=_record_bytes(batch))
 
     @staticmethod

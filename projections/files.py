@@ -7,11 +7,13 @@ fields so that upstream's readers and its completion verifier can read them.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from lanes_es.adapters.files import write_atomic
 from lanes_es.domain.ids import is_valid_id
+from lanes_es.errors import naming
 
 BATCHES_DIR = Path(".imm") / "state" / "batches"
 
@@ -56,5 +58,20 @@ def write_atomically(path: Path, data: bytes) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.parent.is_dir():
         raise NotADirectoryError(f"{path.parent} is not a directory")
-    write_atomic(path, data, path.parent)
+    try:
+        with naming(path):  # a full disk fails the write or the fsync with no file name
+            write_atomic(path, data, path.parent)
+    except PermissionError as error:  # named by the directory, not by the temporary file that could not be made
+        raise PermissionError(error.errno, error.strerror, str(path.parent)) from None
     return True
+
+
+def unwritable_state_dir(root: str | Path) -> Path | None:
+    """The part of `<root>/.imm/state/batches` that stops the state files being written (None: they can be).
+
+    The nearest existing part of the path must be a directory this user can write and enter: the
+    files are replaced by a rename in it, so their own mode does not matter."""
+    directory = Path(root) / BATCHES_DIR
+    while not directory.exists() and directory != directory.parent:
+        directory = directory.parent
+    return None if directory.is_dir() and os.access(directory, os.W_OK | os.X_OK) else directory

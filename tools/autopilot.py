@@ -6,6 +6,7 @@ import argparse
 import os
 import shlex
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,9 +35,15 @@ It stops on completed, needs_human, budget_stopped, failed, a rejected tick or a
 coordinator handoff, and when nothing more can happen without you; the summary says what to
 do next. Interrupted or killed, run the same command again: it goes on from the log.
 
-Try it: `lanes-es demo` makes a repository and runs this autopilot on it to the end, with
-tools.example_executor as the Executor (a scripted one: it writes only what the demo's hints
-name, so elsewhere its work fails the task's checks). With your own Executor:
+Try it on the demo's Initiative, with the demo's scripted Executor (tools.example_executor: it
+writes what its hints name, so elsewhere its work fails the task's checks):
+
+  DIR=$(mktemp -d)
+  lanes-es demo --dir "$DIR" --no-run
+  lanes-es --root "$DIR/repo" run demo --max-parallel 3 --lanes-dir "$DIR/lanes" --yes \\
+    --executor "{python} -P -m tools.example_executor --hints $DIR/executor-hints.json"
+
+With your own Executor:
   lanes-es --root REPO run SLUG --max-parallel 3 --lanes-dir ../lanes --executor "my-agent --task-from-env"
 """
 
@@ -51,7 +58,7 @@ def register(commands: Any) -> None:
     from tools.cli import positive_int
 
     command = commands.add_parser("run", help="the autopilot: run an Initiative's batch to the end",
-                                  description=RUN_DESCRIPTION, epilog=RUN_EPILOG,
+                                  description=RUN_DESCRIPTION.format(python=sys.executable), epilog=RUN_EPILOG,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     command.add_argument("slug", metavar="SLUG", help="the Initiative (docs/initiatives/SLUG.md)")
     command.add_argument("--max-parallel", type=positive_int, required=True, metavar="N", help="Lanes in flight at once")
@@ -129,6 +136,15 @@ def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
     if lanes_dir.exists() and not lanes_dir.is_dir():
         raise ServiceError("invalid_lanes_dir", f"--lanes-dir {lanes_dir} is a file; name a directory (it is made "
                                                 f"when missing)")
+    existing = lanes_dir.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        what = "" if existing == lanes_dir.absolute() else f" (its nearest existing part {existing})"
+        raise ServiceError("invalid_lanes_dir", f"--lanes-dir {lanes_dir}{what} "
+                                                f"{'cannot be written by this user' if existing.is_dir() else 'is a file'}"
+                                                f", so no Lane can be made there; name a directory you can write, "
+                                                f"or fix its owner or mode (chmod u+w {existing})")
 
 
 __all__ = ["register", "refuse_unusable_run"]

@@ -41,14 +41,7 @@ def _read_model(store: Any) -> Any:
 
 
 def _batches(args: argparse.Namespace) -> int:
-    from tools.cli import service_of
-
-    service = service_of(args)
-    try:
-        with _read_model(service.store) as model:
-            lines = model.summaries(state=args.state, repository=args.repo)
-    finally:
-        service.store.close()
+    lines = _summaries(args)
     if args.json:
         print(json.dumps([line.as_json() for line in lines], indent=2))
         return 0
@@ -61,6 +54,27 @@ def _batches(args: argparse.Namespace) -> int:
         print(f"{line.batch_id}  {line.batch_state:<14} {line.last_event_at}  {line.repository or '-'}  "
               f"[{children}]")
     return 0
+
+
+def _summaries(args: argparse.Namespace) -> list[Any]:
+    """The read model's lines; on a store this user cannot write, folded from the log in memory (writes nothing)."""
+    from lanes_es.adapters.read_model import fold_from_scratch, select_lines
+    from lanes_es.adapters.store import StoreReadOnly
+    from tools.cli import service_of
+
+    try:
+        service = service_of(args)
+    except StoreReadOnly:
+        service = service_of(args, read_only=True)
+        try:
+            return select_lines(list(fold_from_scratch(service.store).values()), args.state, args.repo)
+        finally:
+            service.store.close()
+    try:
+        with _read_model(service.store) as model:
+            return model.summaries(state=args.state, repository=args.repo)
+    finally:
+        service.store.close()
 
 
 # ---------------------------------------------------------------- rebuild --all

@@ -474,7 +474,7 @@ def _add_flakes(commands: Any) -> None:
 def _flakes(args: argparse.Namespace) -> int:
     from projections.flakes import flaky_checks
 
-    service = service_of(args)
+    service = service_of(args, read_only=True)
     rows = flaky_checks((batch_id, service.store.events(batch_id)) for batch_id in service.store.batch_ids())
     _print(rows, args.json, lambda found: "\n".join(
         f"{row['check']}: passed on a rerun {row['passed_on_rerun']} time(s) in {len(row['batches'])} batch(es), "

@@ -21,7 +21,7 @@ USER_ERRNOS = {
     errno.ENOSPC: "the disk is full; free some space and run the command again",
     errno.EDQUOT: "the disk quota is used up; free some space and run the command again",
     errno.EROFS: "the file system is read-only; use a writable place (--root, --store, -o)",
-    errno.EACCES: "permission denied; check the owner and mode of the path, or use another one",
+    errno.EACCES: "permission denied; fix its owner or mode (or use another path), then run the command again",
     errno.EPERM: "operation not permitted; check the owner and mode of the path, or use another one",
     errno.ENOENT: "no such file or directory; check the path",
     errno.ENOTDIR: "a part of the path is a file, not a directory; check the path",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lanes_es.adapters.git_dirs import find_checkout
-from lanes_es.adapters.store import EventStore, store_url_from_env
+from lanes_es.adapters.store import EventStore, default_store_url, store_url_from_env
 from lanes_es.domain.ids import format_timestamp
 from lanes_es.ports import GitFailure
 from lanes_es.service import LanesService, ServiceError
@@ -49,6 +49,13 @@ def locate_repository(start: str | os.PathLike[str]) -> Repository:
 
     result = git_ok(str(path), "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir")
     if result.exit_code != 0:
+        said = result.stderr.decode("utf-8", "replace")
+        if "dubious ownership" in said:  # git 2.35.2+: a repository another user owns (safe.directory)
+            owner = said.split("repository at '", 1)[-1].split("'", 1)[0] if "repository at '" in said else str(path)
+            raise ServiceError("repository_not_owned",
+                               f"git refuses the repository at {owner}: another user owns it (git's safe.directory "
+                               f"rule); run lanes-es as its owner, or trust it with `git config --global --add "
+                               f"safe.directory {owner}`")
         raise ServiceError("not_a_git_repository",
                            f"{path} is not inside a git repository; run lanes-es in the coordinator checkout "
                            f"or pass --root DIR")
@@ -130,6 +137,10 @@ def open_store(repository: Repository, url: str | None = None, read_only: bool =
     from lanes_es.adapters.store_open import repository_id
 
     resolved = store_url_from_env(url, repository.common_dir)
+    if not read_only and resolved != default_store_url(repository.common_dir):
+        from lanes_es.adapters.store_open import refuse_unmade_place
+
+        refuse_unmade_place(resolved, repository.root)
     return EventStore(resolved, lock_dir=repository.common_dir / "lanes-es" / "locks", read_only=read_only,
                       repository_id=repository_id(repository.common_dir, create=not read_only),
                       owns_checkout=lambda path: _same_repository(repository, path))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import tempfile
 from pathlib import Path
@@ -48,7 +49,11 @@ def register(commands: Any) -> None:
     from tools.cli import positive_int
 
     command.add_argument("--max-parallel", type=positive_int, default=3, help="Lanes in flight at once (default 3)")
-    command.set_defaults(func=lambda args: run_demo(args.dir, args.max_parallel))
+    command.add_argument("--no-run", action="store_true",
+                         help="only make the repository and the scripted Executor's hints (DIR/repo, "
+                              "DIR/executor-hints.json) and print the `lanes-es run` command that runs it")
+    command.set_defaults(func=lambda args: (make_only(args.dir, args.max_parallel) if args.no_run
+                                            else run_demo(args.dir, args.max_parallel)))
 
 
 def initiative_markdown() -> str:
@@ -116,23 +121,59 @@ def refuse_used_directory(base: Path, *inside: Path) -> None:
                                                    f"`lanes-es demo --dir DIR`, or leave --dir out for a temporary one")
 
 
+HINTS_FILE = "executor-hints.json"
+
+
+def executor_hints() -> dict[str, dict[str, str]]:
+    """What the scripted Executor writes for each task: the content each demo task's check asks for."""
+    return {task_id: {"path": spec[4], "content": spec[5]} for task_id, spec in TASKS.items()}
+
+
+def example_executor(hints: Path | None = None) -> list[str]:
+    """The scripted Executor's argv: this interpreter (it has lanes-es), -P so a Lane's files never shadow it."""
+    return [sys.executable, "-P", "-m", "tools.example_executor", *(["--hints", str(hints)] if hints else [])]
+
+
+def demo_places(directory: str | None) -> tuple[Path, Path, Path]:
+    """The demo's base directory, its repository and its Lanes' directory; refused when either is used."""
+    base = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="lanes-es-demo-"))
+    repo, lanes = base / "repo", base / "lanes"
+    refuse_used_directory(base, repo, lanes, base / HINTS_FILE)
+    return base, repo, lanes
+
+
+def run_command(base: Path, max_parallel: int) -> list[str]:
+    """The `lanes-es run` command that runs the demo's Initiative made by `make_only`."""
+    return ["lanes-es", "--root", str(base / "repo"), "run", SLUG, "--max-parallel", str(max_parallel),
+            "--lanes-dir", str(base / "lanes"), "--executor", shlex.join(example_executor(base / HINTS_FILE))]
+
+
+def make_only(directory: str | None, max_parallel: int = 3, out: Callable[[str], None] = print) -> int:
+    """`demo --no-run`: the repository and the hints, and the command that runs the autopilot on them."""
+    base, repo, _ = demo_places(directory)
+    make_repository(repo)
+    (base / HINTS_FILE).write_text(json.dumps(executor_hints(), indent=2) + "\n", encoding="utf-8")
+    out(f"demo repository: {repo}")
+    out(f"the scripted Executor's hints: {base / HINTS_FILE}")
+    out("run the batch to the end (add --yes to confirm without being asked):")
+    out(f"  {shlex.join(run_command(base, max_parallel))}")
+    return 0
+
+
 def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], None] = print) -> int:
     """Make the repository, then let the autopilot play Parent, steward and (scripted) Executor to the end."""
     from lanes_es.steward.run import run_autopilot
     from tools.cli import main as cli
     from tools.compose import build_service
 
-    base = Path(directory).resolve() if directory else Path(tempfile.mkdtemp(prefix="lanes-es-demo-"))
-    repo, lanes = base / "repo", base / "lanes"
-    refuse_used_directory(base, repo, lanes)
+    base, repo, lanes = demo_places(directory)
     make_repository(repo)
     out(f"demo repository: {repo}")
     out(f"Initiative docs/initiatives/{SLUG}.md: {len(TASKS)} tasks; guide-intro and guide-usage share "
         f"docs/guide.md, so they run one after the other")
     service = build_service(repo)
-    hints = {task_id: {"path": spec[4], "content": spec[5]} for task_id, spec in TASKS.items()}
-    code = run_autopilot(service, SLUG, max_parallel, lanes, [sys.executable, "-P", "-m", "tools.example_executor"],
-                         yes=True, out=out, executor_env={"LANES_ES_EXECUTOR_HINT": json.dumps(hints)})
+    code = run_autopilot(service, SLUG, max_parallel, lanes, example_executor(), yes=True, out=out,
+                         executor_env={"LANES_ES_EXECUTOR_HINT": json.dumps(executor_hints())})
     batch = service.active_batch(SLUG)
     if code != 0 or batch is None or batch.batch_state != "completed":
         out(f"the batch did not complete (exit {code})")

@@ -7,6 +7,7 @@ it is done with `lanes-es task submit`, as a person in the Lane would:
 - With LANES_ES_EXECUTOR_HINT, a JSON object: either `{"path": P, "content": C}` for every
   task, or `{"<task id>": {"path": P, "content": C}, ...}`, it appends C to P in the Lane
   (unless P already holds C, so running it twice changes nothing).
+- `--hints FILE` reads the same JSON from FILE (`lanes-es demo --no-run` writes the demo's).
 - Without a hint it appends the task's goal to the first plain file of its scope_hint.
 
 The path must be inside the task's scope_hint: a lane commit refuses anything else. It does
@@ -80,7 +81,22 @@ def submit(lane: Path) -> int:
                           cwd=lane, env=env).returncode
 
 
-def main() -> int:
+def hint_text(argv: list[str]) -> str | None:
+    """The hint JSON: `--hints FILE` when given, else LANES_ES_EXECUTOR_HINT."""
+    if argv[:1] != ["--hints"]:
+        if argv:
+            raise CannotWork(f"unknown arguments {argv}; the only one is --hints FILE")
+        return os.environ.get("LANES_ES_EXECUTOR_HINT")
+    if len(argv) != 2:
+        raise CannotWork("--hints needs one FILE (the JSON of LANES_ES_EXECUTOR_HINT)")
+    try:
+        return Path(argv[1]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CannotWork(f"cannot read the hints {argv[1]}: {error}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     task_id = os.environ.get("LANES_ES_TASK_ID", "")
     lane = Path(os.environ.get("LANES_ES_LANE_PATH") or os.getcwd())
     obligation = os.environ.get("LANES_ES_NEXT_OBLIGATION") or "submit_assurance"
@@ -94,7 +110,7 @@ def main() -> int:
             intent = json.loads(os.environ.get("LANES_ES_INTENT") or "")
         except json.JSONDecodeError:
             raise CannotWork("LANES_ES_INTENT does not hold the task's TaskIntent JSON") from None
-        relative, content = hint_for(task_id, os.environ.get("LANES_ES_EXECUTOR_HINT")) or default_delivery(intent)
+        relative, content = hint_for(task_id, hint_text(argv)) or default_delivery(intent)
         wrote = deliver(lane, task_id, list(intent.get("scope_hint", [])), relative, content)
         print(f"example executor: {'wrote' if wrote else 'found already'} {relative} in {lane}")
     except CannotWork as error:

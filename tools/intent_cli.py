@@ -15,7 +15,7 @@ from typing import Any
 
 from lanes_es.domain.inputs import InvalidInput
 from lanes_es.domain.intent import InvalidIntent, parse_task_intent
-from lanes_es.domain.jstext import parse_json
+from lanes_es.domain.jstext import parse_json_file_text
 from lanes_es.domain.scheduling import project_scope_overlap
 
 MAX_INTENT_BYTES = 64 * 1024
@@ -58,6 +58,6 @@ def read_intent_file(path: str) -> dict[str, Any]:
     if len(data) > MAX_INTENT_BYTES:
         raise InvalidInput(f"invalid intent {path}: larger than 64 KiB")
     try:
-        return parse_task_intent(parse_json(data.decode("utf-8")))
+        return parse_task_intent(parse_json_file_text(data))
     except (InvalidIntent, ValueError) as error:
         raise InvalidInput(f"invalid intent {path}: {error}") from None

@@ -34,7 +34,7 @@ from lanes_es.domain.audit_pair import audit_paths, verify_pair
 from lanes_es.domain.delivery import DELIVERY_DRIFTED
 from lanes_es.domain.ids import batch_branch_name, format_timestamp, is_valid_id
 from lanes_es.domain.intent import canonical_intent_hash, is_path_allowed_for_child, parse_task_intent
-from lanes_es.domain.jstext import parse_json
+from lanes_es.domain.jstext import parse_json, parse_json_file_text
 from lanes_es.ports import IntentRead, PortError, PreflightResult
 
 COMMIT_EVIDENCE_CONTRACT = "assurance_kernel/batch_commit_evidence/v1"
@@ -283,8 +283,8 @@ class GitBatch:
             raise PortError(f"missing: TaskIntent {path} is not tracked")
         data = _read_plain_file(root, path, MAX_INTENT_BYTES)
         try:
-            intent = parse_task_intent(parse_json(data.decode("utf-8")))
-        except (UnicodeDecodeError, ValueError) as error:  # InvalidIntent is a ValueError
+            intent = parse_task_intent(parse_json_file_text(data))
+        except ValueError as error:  # InvalidIntent is a ValueError
             raise PortError(f"invalid: TaskIntent {path}: {error}") from None
         if intent["task_id"] != task_id:
             raise PortError(f"invalid: TaskIntent {path} names task {intent['task_id']}, not {task_id}")

@@ -9,6 +9,7 @@ from typing import Any
 
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.domain.initiative_file import parse_local_initiative
+from lanes_es.domain.jstext import utf8_text
 from lanes_es.ports import PortError
 
 MAX_CARRIER_BYTES = 1024 * 1024
@@ -46,10 +47,9 @@ def read_local_initiative(root: str, slug: str) -> dict[str, Any]:
     if len(data) > MAX_CARRIER_BYTES:
         raise PortError(f"Local Initiative {relative} is larger than {MAX_CARRIER_BYTES} bytes")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise PortError(f"Local Initiative {relative} is not UTF-8 text (byte {error.start}: {error.reason}); "
-                        f"save it as UTF-8") from None
+        text = utf8_text(data)
+    except ValueError as error:
+        raise PortError(f"Local Initiative {relative} {error}") from None
     try:
         return parse_local_initiative(text, slug, relative)
     except ValueError as error:

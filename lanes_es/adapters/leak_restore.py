@@ -30,6 +30,8 @@ def plan_lane_leak_restore(root: str, record: dict[str, Any],
             return kind
         blob = _hash_file(root, path)
         if blob is None:
+            if os.path.isfile(Path(root) / path) and not os.access(Path(root) / path, os.R_OK):
+                return Unprovable(path, "it cannot be read by this user (permission denied)", unreadable=True)
             return Unprovable(path, "its bytes cannot be read")
         origin = _lane_origin(root, record, path, blob)
         if origin is None:

@@ -110,12 +110,7 @@ class _BatchesView:
         self.position = items[-1][1]
 
     def summaries(self, state: str | None = None, repository: str | None = None) -> list[BatchSummary]:
-        lines = [self._decode(row) for row in self._select_all()]
-        if state is not None:
-            lines = [line for line in lines if line.batch_state == state]
-        if repository is not None:
-            lines = [line for line in lines if _same_repository(line.repository, repository)]
-        return sorted(lines, key=lambda line: (line.repository or "", line.initiative_slug, line.batch_id))
+        return select_lines([self._decode(row) for row in self._select_all()], state, repository)
 
     @staticmethod
     def _row(line: BatchSummary) -> tuple[Any, ...]:
@@ -130,6 +125,16 @@ class _BatchesView:
                             children=json.loads(children), last_event_at=last, version=version)
 
     # Backend-specific: _write, _line, _put, _select_all, reset, wait_for_gap.
+
+
+def select_lines(lines: list[BatchSummary], state: str | None = None,
+                 repository: str | None = None) -> list[BatchSummary]:
+    """The lines of `state` and `repository` (its path, or the last part of it), in the listing's order."""
+    if state is not None:
+        lines = [line for line in lines if line.batch_state == state]
+    if repository is not None:
+        lines = [line for line in lines if _same_repository(line.repository, repository)]
+    return sorted(lines, key=lambda line: (line.repository or "", line.initiative_slug, line.batch_id))
 
 
 def _same_repository(recorded: str | None, wanted: str) -> bool:

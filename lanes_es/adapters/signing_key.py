@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from lanes_es.audit.signing import KeyError_, Signer, Verifier
+from lanes_es.errors import naming
 
 KEY_ENV = "LANES_ES_SIGNING_KEY"
 PUBLIC_KEY_ENV = "LANES_ES_PUBLIC_KEY"
@@ -26,28 +27,45 @@ def load_signer(common_dir: Path, create: bool = True) -> Signer:
     """The signing key; generated (mode 600) on first use unless LANES_ES_SIGNING_KEY names a file."""
     path = key_path(common_dir)
     if not path.exists() and create and not os.environ.get("LANES_ES_SIGNING_KEY"):
-        _generate(path)
+        try:
+            _generate(path)
+        except OSError as error:  # a full disk: no key, so no checkpoint this time; the next tick makes it
+            raise KeyError_(f"cannot make the signing key {path}: {error.strerror or error}; free some space (or "
+                            f"fix the directory's mode) and the next tick makes it") from None
+    fix = (f"; name a signed-note key file (PRIVATE+KEY+...) with {KEY_ENV}, or unset it for the repository's own"
+           if os.environ.get(KEY_ENV) else "; move it away and a new key is made on the next tick (auditors then "
+                                            "need the new `lanes-es key show`)")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
-        raise KeyError_(f"cannot read the signing key {path}: {error.strerror or error}") from None
+        raise KeyError_(f"cannot read the signing key {path}: {error.strerror or error}{fix}") from None
+    except UnicodeDecodeError:
+        raise KeyError_(f"{path} is not a signing key (it is not text){fix}") from None
     try:
         return Signer.parse(text.strip())
     except KeyError_ as error:
-        raise KeyError_(f"{path}: {error}") from None
+        raise KeyError_(f"{path}: {error}{fix}") from None
 
 
 def _generate(path: Path) -> None:
+    """The key is written whole to a temporary file, then linked into place: a full disk leaves no half-written
+    key behind (which every later tick would refuse), and of two first ticks at once the loser reads the winner's."""
     path.parent.mkdir(parents=True, exist_ok=True)
     signer = Signer.generate(KEY_NAME)
-    try:  # O_EXCL: two first ticks at once keep one key, the loser reads the winner's
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(signer.text() + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with naming(path):
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+                handle.write(signer.text() + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def read_verifier(text_or_path: str) -> Verifier:
@@ -58,7 +76,11 @@ def read_verifier(text_or_path: str) -> Verifier:
         try:
             text = candidate.read_text(encoding="utf-8").strip()
         except OSError as error:
-            raise KeyError_(f"cannot read the public key {text_or_path}: {error.strerror or error}") from None
+            raise KeyError_(f"cannot read the public key {text_or_path}: {error.strerror or error}; give the key's "
+                            f"text (name+hash+keydata, as `lanes-es key show` prints it) or a file holding it") from None
+        except UnicodeDecodeError:
+            raise KeyError_(f"the public key file {text_or_path} is not text; give the key's text (name+hash+keydata, "
+                            f"as `lanes-es key show` prints it) or a file holding it") from None
     return Verifier.parse(text)
 
 

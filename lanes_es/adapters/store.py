@@ -33,7 +33,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.initiative import Initiative, initiative_id, slug_of
-from lanes_es.adapters.store_open import CONNECT_TIMEOUT, VERIFY_HINT, probe_postgres, sqlite_database
+from lanes_es.adapters.store_open import CONNECT_TIMEOUT, VERIFY_HINT, full_disk, probe_postgres, sqlite_database
 from lanes_es.errors import Refusal
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
@@ -41,6 +41,10 @@ _ENCODER = msgspec.json.Encoder(order="sorted")
 
 class StoreError(Refusal, RuntimeError):
     """The store could not be opened or read; the message says which and why."""
+
+
+class StoreReadOnly(StoreError):
+    """The store cannot be written (its file or directory); a command that only reads can still open it."""
 
 
 class StoreConflict(StoreError):
@@ -256,7 +260,8 @@ class EventStore:
             else:
                 self.app = LanesApplication(env=env)
         except Exception as error:  # a driver error names the path or host; keep it
-            raise StoreError(f"cannot open the event store {url}: {error}") from error
+            full = full_disk(url, error)
+            raise StoreError(f"cannot open the event store {url}: {full or error}") from error
 
     @contextmanager
     def _setup_lock(self) -> Iterator[None]:
@@ -291,6 +296,9 @@ class EventStore:
         except RecordConflictError as error:
             raise StoreConflict(f"the store changed under this tick ({error}); nothing more was written") from error
         except OperationalError as error:
+            full = full_disk(self.url, error)
+            if full is not None:
+                raise StoreError(f"the event store {self.url} cannot grow: {full}") from error
             if "locked" not in str(error) and "busy" not in str(error):
                 raise
             raise StoreBusy(f"the store {self.url} stayed locked by other writers for {sqlite_busy_seconds()} s "

@@ -21,14 +21,17 @@ POSTGRES_EXTRA = "pip install 'lanes-es[postgres]' (from a checkout: pip install
 VERIFY_HINT = "`lanes-es verify BATCH_ID` lists what is damaged"
 
 
-def store_failure(url: str, cause: str) -> Exception:
-    from lanes_es.adapters.store import StoreError
+def store_failure(url: str, cause: str, read_only: bool = False) -> Exception:
+    from lanes_es.adapters.store import StoreError, StoreReadOnly
 
-    return StoreError(f"the event store {url} {cause}")
+    return (StoreReadOnly if read_only else StoreError)(f"the event store {url} {cause}")
 
 
 def sqlite_database(path: str, read_only: bool) -> str:
     """The SQLite database name to open for `path`, after refusing what is not a lanes-es store."""
+    if not path.strip():
+        raise store_failure(repr(path), "names no file; give a path with --store or LANES_ES_STORE, or unset it for "
+                                        "the repository's own store")
     store = Path(path)
     if store.is_dir():
         raise store_failure(path, f"is a directory; name a file, e.g. --store {store / 'events.sqlite'}")
@@ -41,6 +44,46 @@ def sqlite_database(path: str, read_only: bool) -> str:
     if not read_only:
         _require_writable(store)
     return path
+
+
+def refuse_unmade_place(url: str, checkout: Path) -> None:
+    """A SQLite store named by --store or LANES_ES_STORE is made only in a directory that exists: a typo in
+    the path makes no folders (and a later command with the path right would find no batch); and never in
+    the coordinator's working tree, which it would make dirty (every tick would refuse it)."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(url)
+    if url == "memory:" or parsed.scheme not in ("", "sqlite"):
+        return
+    path = unquote(parsed.path) if parsed.scheme == "sqlite" else url
+    if not path.strip():
+        return  # sqlite_database names it
+    directory = Path(path).absolute().parent
+    if not directory.exists():
+        raise store_failure(url, f"would be made in {directory}, which does not exist; create it (mkdir -p "
+                                 f"{directory}) or fix the path given with --store or LANES_ES_STORE")
+    place, top = directory.resolve() / Path(path).name, checkout.resolve()
+    if top in place.parents and (top / ".git") not in (place, *place.parents):
+        raise store_failure(url, f"is inside the coordinator checkout {top}, where it would be an untracked file "
+                                 f"every tick refuses; put it outside (e.g. --store {top.parent / 'events.sqlite'}) "
+                                 f"or leave --store and LANES_ES_STORE unset for the repository's own store")
+
+
+def full_disk(url: str, error: BaseException) -> str | None:
+    """SQLite's words for a full disk ("database or disk is full"; "disk I/O error" when its -wal or -shm file
+    cannot grow), as the cause and the next step; None for any other error."""
+    text = str(error)
+    if "disk is full" not in text and "disk I/O error" not in text:
+        return None
+    try:
+        disk = os.statvfs(Path(url).absolute().parent)
+        free: int | None = disk.f_bavail * disk.f_frsize
+    except OSError:
+        free = None
+    if "disk is full" not in text and (free is None or free > 1024 * 1024):
+        return None
+    return (f"the disk holding it is full ({text}; {free if free is not None else '?'} bytes free); nothing was "
+            f"appended, the log keeps every step before this: free some space and run the command again")
 
 
 _HEADERS_READ: set[str] = set()
@@ -76,7 +119,8 @@ def _require_writable(store: Path) -> None:
     if directory.is_file() or not os.access(directory, os.W_OK) or (store.exists() and not os.access(store, os.W_OK)):
         raise store_failure(str(store), "is read-only (its file or directory cannot be written); this command writes "
                                         "to it: use a writable --store, or ask its owner. Read-only commands "
-                                        "(status, plan, replay, verify, export, audit) still work on it")
+                                        "(status, plan, replay, verify, export, audit, batches, flakes) still work "
+                                        "on it", read_only=True)
     try:
         store.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -77,3 +77,23 @@ def parse_json(text: str) -> Any:
 def escape_lone_surrogates(text: str) -> str:
     """Inside JSON text, write lone surrogates as `\\udxxx` escapes, as a well-formed `JSON.stringify` does."""
     return _LONE_SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def utf8_text(data: bytes) -> str:
+    """A text file's bytes as UTF-8 (a BOM kept, as Node's readFileSync keeps it); ValueError saying how it was saved."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            raise ValueError("is UTF-16 text, not UTF-8; save it as UTF-8") from None
+        raise ValueError(f"is not UTF-8 text (byte {error.start}: {error.reason}; Latin-1 or another legacy "
+                         f"encoding?); save it as UTF-8") from None
+
+
+def parse_json_file_text(data: bytes) -> Any:
+    """A JSON file's bytes: UTF-8 without a byte-order mark (JSON.parse refuses one), then `parse_json`."""
+    text = utf8_text(data)
+    if text.startswith("\ufeff"):
+        raise ValueError("starts with a byte-order mark (BOM), which JSON does not allow; save it as UTF-8 "
+                         "without a BOM")
+    return parse_json(text)

@@ -29,6 +29,7 @@ class Unprovable:
 
     path: str
     detail: str
+    unreadable: bool = False  # this user cannot read it: lanes-es cannot tell whether it changed at all
 
 
 @dataclass(frozen=True)
@@ -73,4 +74,8 @@ def decide_working_tree(entries: Sequence[tuple[str, str]], plan: Sequence[Prova
     reason = f"{base} (not restored: {plan.path}: {plan.detail})"
     message = (f"{plan.path} is not a write of this batch's Lanes, so lanes-es touches no file of the checkout; "
                f"move it out of the coordinator checkout (or stash it), then run `lanes-es tick {slug}` again")
+    if plan.unreadable:
+        message = (f"{plan.path} cannot be read by this user, so neither git nor lanes-es can tell whether it changed; "
+                   f"lanes-es touches no file of the checkout: fix its owner or mode (chmod u+r {plan.path}), then "
+                   f"run `lanes-es tick {slug}` again")
     return WorkingTreeRefusal(code=code, reason=reason, message=message)

@@ -9,6 +9,7 @@ stops before it makes a Lane: two stewards never provision the same Lane.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from typing import Callable
@@ -83,7 +84,12 @@ class StewardLease:
             self.heartbeat.join()
             self.heartbeat = None
             if not self.lost:
-                self.leases.give_back(self.me)
+                try:
+                    self.leases.give_back(self.me)
+                except Exception as error:  # noqa: BLE001 - a full disk or a lost server must not hide why the run ended
+                    print(f"lanes-es run: the steward lease of Initiative {self.slug} was not given back ({error}); "
+                          f"it passes on by itself: at once on this host (this process is gone), else when it "
+                          f"expires", file=sys.stderr)
 
     def _beat(self) -> None:
         while not self.stop.wait(self.renew_every):

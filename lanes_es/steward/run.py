@@ -89,11 +89,7 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
         return EXIT_REJECTED
     except KeyboardInterrupt:
         progress.close()
-        working = ", ".join(f"{task} (pid {r.process.pid})" for task, r in autopilot.executors.running.items()
-                            if still_working(r.process))
-        progress.tell(steward_item("interrupted", "lanes-es run: interrupted; the log and git keep every step "
-                                   "already taken" + (f"; Executors still working: {working}" if working else "")
-                                   + ". Run the same command again to go on.",
+        progress.tell(steward_item("interrupted", interrupted_text(autopilot.executors.running),
                                    task_ids=sorted(autopilot.executors.running)))
         return 130
     finally:
@@ -120,6 +116,19 @@ def ask_on_stderr(question: str) -> str:
     sys.stderr.write(question)
     sys.stderr.flush()
     return input()
+
+
+def interrupted_text(running: Mapping[str, Any]) -> str:
+    """What Ctrl-C left behind, as it is: which Executors stopped with it and which outlived it (by pid)."""
+    working = sorted(task for task, r in running.items() if still_working(r.process))
+    stopped = sorted(task for task in running if task not in working)
+    text = "lanes-es run: interrupted; the log and git keep every step already taken"
+    if stopped:
+        text += f"; the Executors of {', '.join(stopped)} stopped with it (the next run starts them again)"
+    if working:
+        pids = ", ".join(f"{task} (pid {running[task].process.pid})" for task in working)
+        text += f"; Executors still working: {pids} (the next run waits for them; kill PID stops one)"
+    return text + ". Run the same command again to go on."
 
 
 def still_working(process: Any) -> bool:

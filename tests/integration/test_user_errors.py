@@ -356,10 +356,29 @@ def test_run_refuses_an_unusable_executor_or_lanes_dir_before_confirming(repo, t
     assert not (tmp_path / "lanes").exists()
 
 
-def test_the_run_help_example_names_the_demo(plain_repo):
-    repo = plain_repo
-    text = lanes(repo, "run", "--help").stdout
-    assert "`lanes-es demo`" in text and "my-agent" in text
+LANES_ES = str(Path(sys.executable).with_name("lanes-es"))  # the installed command (the venv's)
+
+
+def try_it_script(help_text: str) -> str:
+    """The shell lines of the "Try it" example of `run --help`, as printed (continuations joined)."""
+    block = help_text.split("Try it", 1)[1].split("\n\n", 1)[1].split("\n\n", 1)[0]
+    return block.replace("\\\n", " ")
+
+
+def test_the_run_help_try_it_example_runs_the_demo_to_the_end(tmp_path, store_url):
+    """The example as printed, run by a shell with the installed lanes-es on PATH, completes the demo batch."""
+    help_text = subprocess.run([LANES_ES, "run", "--help"], capture_output=True, text=True, check=True).stdout
+    script = try_it_script(help_text)
+    assert "lanes-es demo --dir" in script and "run demo" in script and "--executor" in script
+    env = {**os.environ, "PATH": f"{Path(LANES_ES).parent}{os.pathsep}{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+    env.pop("PYTHONPATH", None)  # as a user's shell: lanes-es as installed, nothing borrowed from the test
+    result = subprocess.run(["bash", "-euc", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, timeout=300)
+    assert result.returncode == EXIT_OK, result.stdout[-3000:] + result.stderr
+    assert "completed: all enrollable children integrated" in result.stdout
+    (made,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    record = json.loads(lanes(made / "repo", "status", SLUG, "--json").stdout)
+    assert record["batch_state"] == "completed" and len(record["commits"]) == 6
 
 
 def test_task_status_in_a_parked_lane_says_parked_not_done(tmp_path, store_url):
@@ -396,3 +415,310 @@ def test_a_damaged_export_is_a_finding_and_a_missing_one_bad_input(repo, tmp_pat
     assert result.returncode == EXIT_FINDING and "FAIL export: unreadable_export" in result.stdout
     refused(lanes(repo, "verify", "--export", str(tmp_path / "missing.jsonl")), "cannot read the export")
     refused(lanes(repo, "rebuild", "--from-export", str(damaged)), "invalid_export")
+
+
+# ---------------------------------------------------------------- Ctrl-C in the autopilot
+
+HELD_EXECUTOR = """\
+import os, pathlib, sys, time
+marks = pathlib.Path(sys.argv[1])
+(marks / (os.environ["LANES_ES_TASK_ID"] + ".started")).write_text(str(os.getpid()))
+while not (marks / "go").exists():  # held until the test lets it deliver
+    time.sleep(0.05)
+os.execv(sys.executable, [sys.executable, "-P", "-m", "tools.example_executor"])
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+
+
+@pytest.mark.parametrize("whom", ["process_group", "autopilot_only"])
+def test_ctrl_c_while_executors_work_says_what_happened_and_the_next_run_goes_on(tmp_path, store_url, whom):
+    """SIGINT to the terminal's process group (Ctrl-C: the Executors get it too) or to the autopilot alone."""
+    import signal
+    import time
+
+    from tools.demo import executor_hints
+
+    repo, marks = tmp_path / "repo", tmp_path / "marks"
+    make_repository(repo)
+    marks.mkdir()
+    (tmp_path / "held.py").write_text(HELD_EXECUTOR)
+    command = [LANES_ES, "--root", str(repo), "run", SLUG, "--max-parallel", "2", "--lanes-dir", str(tmp_path / "lanes"),
+               "--executor", f"{sys.executable} -P {tmp_path / 'held.py'} {marks}", "--yes", "--poll", "0.05"]
+    env = {**os.environ, "LANES_ES_EXECUTOR_HINT": json.dumps(executor_hints())}
+    first = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while len(list(marks.glob("*.started"))) < 2 and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    started = {path.name.split(".")[0]: int(path.read_text()) for path in marks.glob("*.started")}
+    assert len(started) == 2, first.communicate()
+    if whom == "process_group":
+        os.killpg(first.pid, signal.SIGINT)
+    else:
+        first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 130, out + err
+    assert "Traceback" not in err and "internal error" not in out + err
+    line = next(line for line in out.splitlines() if line.startswith("lanes-es run: interrupted"))
+    assert "Run the same command again to go on" in line
+    tasks = sorted(started)
+    if whom == "process_group":
+        assert f"the Executors of {', '.join(tasks)} stopped with it" in line and "still working" not in line
+        assert not any(alive(pid) for pid in started.values())
+    else:
+        working = ", ".join(f"{task} (pid {started[task]})" for task in tasks)
+        assert f"Executors still working: {working}" in line and "stopped with it" not in line
+        assert all(alive(pid) for pid in started.values())
+    batch_id = next(word for word in out.split() if word.startswith("batch-demo-"))
+
+    (marks / "go").write_text("")
+    again = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert again.returncode == EXIT_OK, again.stdout[-3000:] + again.stderr
+    assert "Start the unattended" not in again.stdout  # the same batch, not a new confirmation
+    assert f"batch {batch_id}: completed: all enrollable children integrated" in again.stdout
+    for task in tasks:  # a killed Executor was started again; a surviving one was waited for, never doubled
+        headers = (tmp_path / "lanes" / ".executor-logs" / f"{task}.log").read_text().count("--- lanes-es run:")
+        assert headers == (2 if whom == "process_group" else 1), task
+
+
+# ---------------------------------------------------------------- found by trying (encodings, places, env, disks)
+
+
+@pytest.mark.parametrize("saved", ["utf-16", "bom"])
+def test_an_intent_saved_as_utf16_or_with_a_bom_says_how_to_save_it(repo, saved):
+    path = repo / "docs" / "plans" / "greet.intent.json"
+    text = path.read_text()
+    path.write_bytes(text.encode("utf-16") if saved == "utf-16" else b"\xef\xbb\xbf" + text.encode())
+    subprocess.run(["git", "commit", "-qam", saved], cwd=repo, check=True)
+    words = "is UTF-16 text, not UTF-8; save it as UTF-8" if saved == "utf-16" else "byte-order mark (BOM)"
+    plan = lanes(repo, "plan", SLUG)
+    assert plan.returncode == EXIT_OK and words in plan.stdout and "codec" not in plan.stdout
+    refused(lanes(repo, "intent", "overlap", str(path)), str(path), words)
+
+
+def test_an_initiative_in_utf16_is_named_as_such(repo):
+    carrier = repo / "docs" / "initiatives" / "wide.md"
+    carrier.write_bytes((repo / "docs" / "initiatives" / f"{SLUG}.md").read_text().encode("utf-16"))
+    refused(lanes(repo, "plan", "wide"), "docs/initiatives/wide.md is UTF-16 text, not UTF-8", "save it as UTF-8")
+
+
+def test_a_store_named_on_a_missing_directory_inside_the_checkout_or_empty_is_refused(plain_repo, tmp_path):
+    """SQLite paths only: where a store file may be made."""
+    repo = plain_repo
+    missing = tmp_path / "no-such-dir" / "deeper" / "events.sqlite"
+    refused(lanes(repo, "--store", str(missing), "authorize", SLUG, "--yes"), str(missing),
+            f"{missing.parent}, which does not exist", f"mkdir -p {missing.parent}")
+    assert not (tmp_path / "no-such-dir").exists()
+    refused(lanes(repo, "authorize", SLUG, "--yes", env={"LANES_ES_STORE": "typo.sqlite"}),
+            "inside the coordinator checkout", "--store")
+    assert not (repo / "typo.sqlite").exists()
+    for empty in ("sqlite://", "   "):
+        refused(lanes(repo, "authorize", SLUG, "--yes", env={"LANES_ES_STORE": empty}), "names no file")
+    assert rows(repo) == []
+    beside = tmp_path / "beside.sqlite"  # an existing directory outside the checkout is fine
+    assert lanes(repo, "--store", str(beside), "authorize", SLUG, "--yes").returncode == EXIT_OK
+
+
+def test_a_signing_or_public_key_that_is_no_text_is_refused_not_a_crash(repo):
+    batch_id = started(repo)
+    binary = shutil.which("true") or "/bin/true"
+    refused(lanes(repo, "key", "show", env={"LANES_ES_SIGNING_KEY": binary}), binary, "not a signing key",
+            "LANES_ES_SIGNING_KEY")
+    refused(lanes(repo, "verify", batch_id, env={"LANES_ES_PUBLIC_KEY": binary}), binary, "not text",
+            "lanes-es key show")
+
+
+def test_a_stats_file_that_cannot_be_written_refuses_before_the_tick(repo, tmp_path):
+    batch_id = authorized(repo)
+    for bad in (tmp_path / "no-such-dir" / "stats.jsonl", tmp_path):
+        refused(lanes(repo, "tick", SLUG, env={"LANES_ES_STATS": str(bad)}), f"LANES_ES_STATS={bad}",
+                "nothing was ticked", "unset LANES_ES_STATS")
+    assert [row for row in rows(repo) if row[0] == batch_id] == []
+    if os.path.exists("/dev/full"):  # the tick ran: a full stats file after it is a warning, not a refusal
+        tick = lanes(repo, "tick", SLUG, env={"LANES_ES_STATS": "/dev/full"})
+        assert tick.returncode == EXIT_OK and "tick statistics not written to /dev/full" in tick.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 3 MiB tmpfs, unmounted after the test; skipped where mounting is not allowed."""
+    place = tmp_path / "small"
+    place.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(place)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield place
+    finally:
+        subprocess.run(["umount", "-l", str(place)], check=False)
+
+
+def fill(disk: Path, leave_kib: int) -> Path:
+    filler = disk / "filler"
+    filler.unlink(missing_ok=True)
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    with open(filler, "wb") as handle:
+        handle.truncate(0)
+        handle.write(b"\0" * max(free - leave_kib * 1024, 0))
+    return filler
+
+
+@pytest.mark.parametrize("leave_kib", [8, 30, 40, 50, 60, 70, 73, 80, 100])
+def test_a_full_disk_at_any_point_of_a_tick_is_named_and_loses_nothing(small_disk, leave_kib):
+    """The space left decides which write of the tick fails first: SQLite opening its WAL ("disk I/O error"),
+    the append, git's branch ref, the state file, the signing key's first write, the checkpoint. Each is
+    named (exit 2, or the tick done with a warning), never an internal error; freed, the next tick goes on,
+    the batch verifies and the signing key is whole."""
+    root = small_disk / "repo"
+    make_repository(root)
+    batch_id = authorized(root)
+    filler = fill(small_disk, leave_kib)
+    tick = lanes(root, "tick", SLUG)
+    said = tick.stdout + tick.stderr
+    assert tick.returncode in (EXIT_OK, EXIT_REFUSED), said
+    assert "Traceback" not in said and "internal error" not in said
+    assert "a file being written" not in said  # every full write names its file
+    if tick.returncode == EXIT_REFUSED:
+        assert any(words in said for words in ("disk is full", "disk holding it is full", "No space left")), said
+    filler.unlink()
+    again = lanes(root, "tick", SLUG)
+    assert again.returncode == EXIT_OK, again.stdout + again.stderr
+    assert lanes(root, "verify", batch_id).returncode == EXIT_OK
+    assert lanes(root, "key", "show").returncode == EXIT_OK
+
+
+FILLING_EXECUTOR = """\
+import os, pathlib, sys
+marks = pathlib.Path(sys.argv[1])
+if not (marks / "filled").exists():  # the first Executor fills the disk, then gives up without submitting
+    (marks / "filled").write_text("")
+    try:
+        with open(sys.argv[2], "wb") as handle:
+            while True:
+                handle.write(b"\\0" * 65536)
+                handle.flush()
+    except OSError:
+        pass
+    sys.exit(1)
+os.execv(sys.executable, [sys.executable, "-P", "-m", "tools.example_executor"])
+"""
+
+
+def test_the_autopilot_on_a_disk_that_fills_up_ends_with_a_named_cause_and_goes_on_once_freed(small_disk, tmp_path):
+    """The lease given back at the end fails too on a full disk: that must not hide why the run ended (it was
+    an internal error)."""
+    from tools.demo import executor_hints
+
+    root, marks = small_disk / "repo", tmp_path / "marks"
+    make_repository(root)
+    marks.mkdir()
+    (tmp_path / "filling.py").write_text(FILLING_EXECUTOR)
+    filler = small_disk / "filler"
+    command = [LANES_ES, "--root", str(root), "run", SLUG, "--max-parallel", "1", "--lanes-dir",
+               str(small_disk / "lanes"), "--executor", f"{sys.executable} -P {tmp_path / 'filling.py'} {marks} {filler}",
+               "--yes", "--poll", "0.05"]
+    env = {**os.environ, "LANES_ES_EXECUTOR_HINT": json.dumps(executor_hints())}
+    first = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    said = first.stdout + first.stderr
+    assert (marks / "filled").exists() and filler.exists(), said
+    assert first.returncode not in (EXIT_OK, 70) and "internal error" not in said and "Traceback" not in said, said
+    filler.unlink()
+    again = subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert again.returncode == EXIT_OK, again.stdout[-3000:] + again.stderr
+    assert "completed: all enrollable children integrated" in again.stdout
+
+
+# ---------------------------------------------------------------- concurrent commands, Ctrl-C during a tick
+
+
+def test_concurrent_authorizations_leave_one_batch_and_say_so(repo):
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: lanes(repo, "authorize", SLUG, "--yes", "--max-parallel", "2"), range(4)))
+    standing = json.loads(lanes(repo, "status", SLUG, "--json").stdout)["batch_id"]
+    assert any(result.returncode == EXIT_OK for result in results)
+    for result in results:
+        if result.returncode == EXIT_OK:
+            assert result.stdout.strip() == standing  # every id printed is the batch that stands
+        else:
+            refused(result, "confirmation_superseded", f"lanes-es authorize {SLUG}")
+
+
+def slow_checks(repo: Path, marker: Path) -> None:
+    """Every task's acceptance check sleeps 30 s first while `marker` exists, so a tick is still in QA when it
+    is interrupted (and the next tick, the marker gone, is quick)."""
+    for path in (repo / "docs" / "plans").glob("*.intent.json"):
+        intent = json.loads(path.read_text())
+        descriptor = json.loads(intent["acceptance"][0]["verification"])
+        descriptor["command"]["argv"][1] = (f"import os, time; os.path.exists({str(marker)!r}) and time.sleep(30); "
+                                            + descriptor["command"]["argv"][1])
+        intent["acceptance"][0]["verification"] = json.dumps(descriptor)
+        path.write_text(json.dumps(intent, indent=2) + "\n")
+    subprocess.run(["git", "commit", "-qam", "slow checks"], cwd=repo, check=True)
+
+
+def sleeping_checks(marker: Path) -> list[int]:
+    """The pids of this test's slow checks now running (read from /proc: ps truncates long command lines)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(marker).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("whom", ["process_group", "tick_only"])
+def test_ctrl_c_during_a_ticks_qa_exits_130_and_the_next_tick_goes_on(repo, tmp_path, store_url, whom):
+    import signal
+    import time
+
+    marker = tmp_path / "slow"
+    marker.write_text("")
+    slow_checks(repo, marker)
+    batch_id = authorized(repo)
+    first = json.loads(lanes(repo, "tick", SLUG, "--json").stdout)
+    handoff = next(h for h in first["handoffs"] if h["action"] == "provision")
+    task, lane = handoff["task_id"], tmp_path / "lane"
+    subprocess.run(["git", "worktree", "add", "-q", "-b", handoff["lane_branch"], str(lane), handoff["base_head"]],
+                   cwd=repo, check=True)
+    assert lanes(repo, "tick", SLUG, "--offer", f"{task}={lane}").returncode == EXIT_OK
+    from tools.demo import TASKS
+
+    (lane / TASKS[task][4]).parent.mkdir(parents=True, exist_ok=True)
+    (lane / TASKS[task][4]).write_text(TASKS[task][5])
+    assert lanes(lane, "task", "submit").returncode == EXIT_OK
+    ticking = subprocess.Popen([LANES_ES, "tick", SLUG], cwd=repo, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not sleeping_checks(marker):
+        assert time.monotonic() < deadline and ticking.poll() is None, ticking.communicate()
+        time.sleep(0.05)
+    if whom == "process_group":
+        os.killpg(ticking.pid, signal.SIGINT)
+    else:
+        ticking.send_signal(signal.SIGINT)
+    out, err = ticking.communicate(timeout=20)  # well before the 30 s check could have ended
+    assert ticking.returncode == 130, out + err
+    assert err.strip() == ("lanes-es: interrupted; the log keeps every step already taken, run the command again "
+                           "to go on")
+    gone = time.monotonic() + 5
+    while sleeping_checks(marker) and time.monotonic() < gone:
+        time.sleep(0.05)
+    assert sleeping_checks(marker) == []  # the check stopped with the tick
+    assert lanes(repo, "verify", batch_id).returncode == EXIT_OK  # nothing half-written
+    marker.unlink()
+    again = lanes(repo, "tick", SLUG, "--json")
+    assert again.returncode == EXIT_OK, again.stderr
+    child = next(c for c in json.loads(again.stdout)["children"] if c["task_id"] == task)
+    assert child["state"] in ("integrated", "released"), child  # the QA ran again and the Lane landed

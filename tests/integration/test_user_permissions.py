@@ -1,0 +1,224 @@
+"""Permissions a user can get wrong, through the real command line run as a non-root user.
+
+Everything else in the suite runs as root, which may write anywhere; here a system user made for
+the test (`useradd`, once) runs `lanes-es` through `runuser`, on a demo repository it owns, and the
+test takes away one permission at a time: the SQLite store's file or directory, the checkout's
+`.imm/state`, `run --lanes-dir`, an Initiative or intent file. Each is one line on stderr naming
+the thing, the cause and the next command, exit 2 (never 70), and nothing recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from lanes_es.exit_codes import EXIT_OK, EXIT_REFUSED
+from tools.demo import make_repository
+
+PROJECT = str(Path(__file__).resolve().parents[2])
+USER = "lanes-es-i11"
+SLUG = "demo"
+
+
+class AsUser:
+    """Runs `lanes-es` as USER with an interpreter that user can execute."""
+
+    def __init__(self, python: str, home: Path) -> None:
+        self.python = python
+        self.home = home
+
+    def env(self, store: str | None) -> dict[str, str]:
+        path = os.pathsep.join([PROJECT, *site.getsitepackages()])
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.home), "PYTHONPATH": path,
+               "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+        if store is not None:
+            env["LANES_ES_STORE"] = store
+        return env
+
+    def __call__(self, cwd: Path, *args: str, store: str | None = None) -> subprocess.CompletedProcess[str]:
+        code = "import sys\nfrom tools.cli import main\nsys.exit(main(sys.argv[1:]))"
+        return subprocess.run(["runuser", "-u", USER, "--", "env", "-i", *(f"{k}={v}" for k, v in self.env(store).items()),
+                               self.python, "-c", code, *args], cwd=cwd, text=True, capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=120)
+
+
+def _runnable_python(home: Path) -> str | None:
+    """This interpreter when USER may run it, else the system's of the same version (the venv lives under /root)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (sys.executable, f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"):
+        if not os.path.exists(candidate):
+            continue
+        probe = subprocess.run(["runuser", "-u", USER, "--", candidate, "-c",
+                                f"import sys; assert '%d.%d' % sys.version_info[:2] == '{version}'"],
+                               capture_output=True, cwd=home)
+        if probe.returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def as_user() -> Iterator[AsUser]:
+    if os.geteuid() != 0:
+        pytest.skip("making a non-root test user needs root; run as root, or these cases stay untested")
+    if shutil.which("useradd") is None or shutil.which("runuser") is None:
+        pytest.skip("needs useradd and runuser (util-linux) to run lanes-es as a non-root user")
+    if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
+        made = subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+                               "--shell", "/usr/sbin/nologin", USER], capture_output=True, text=True)
+        if made.returncode not in (0, 9):  # 9: made meanwhile by another worker
+            pytest.skip(f"cannot make the test user {USER}: {made.stderr.strip()}")
+    home = Path(tempfile.mkdtemp(prefix="lanes-es-perm-"))
+    home.chmod(0o755)
+    shutil.chown(home, USER, USER)
+    python = _runnable_python(home)
+    if python is None:
+        shutil.rmtree(home, ignore_errors=True)
+        pytest.skip(f"no Python {sys.version_info.major}.{sys.version_info.minor} that {USER} may run "
+                    f"(this one, {sys.executable}, lives where only root may enter)")
+    yield AsUser(python, home)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def repo(as_user: AsUser, request: pytest.FixtureRequest) -> Path:
+    """A demo repository USER owns, in a directory of its own."""
+    place = Path(tempfile.mkdtemp(prefix="case-", dir=as_user.home))
+    place.chmod(0o755)
+    make_repository(place / "repo")
+    subprocess.run(["chown", "-R", f"{USER}:{USER}", str(place)], check=True)
+    return place / "repo"
+
+
+@pytest.fixture
+def store(store_url: str) -> str | None:
+    """The store USER's commands use: the repository's own SQLite file, or the test's PostgreSQL schema."""
+    return store_url if store_url.startswith("postgresql") else None
+
+
+def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    assert result.returncode == EXIT_REFUSED, (result.returncode, result.stdout, result.stderr)
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line and "internal error" not in line, line
+    for word in words:
+        assert word in line, (word, line)
+    return line
+
+
+def started(as_user: AsUser, repo: Path, store: str | None) -> str:
+    authorized = as_user(repo, "authorize", SLUG, "--yes", "--max-parallel", "2", store=store)
+    assert authorized.returncode == EXIT_OK, authorized.stderr
+    assert as_user(repo, "tick", SLUG, store=store).returncode == EXIT_OK
+    return authorized.stdout.strip()
+
+
+def recorded(as_user: AsUser, repo: Path, store: str | None) -> tuple[str, str]:
+    """What the store says, read through the CLI: the batch's status and its whole log."""
+    status = as_user(repo, "status", SLUG, "--json", store=store)
+    batch_id = json.loads(status.stdout)["batch_id"] if status.returncode == EXIT_OK else ""
+    log = as_user(repo, "export", batch_id, store=store).stdout if batch_id else ""
+    return status.stdout + status.stderr, log
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(b"".join(item.read_bytes() for item in sorted(path.iterdir()) if item.is_file())).hexdigest()
+
+
+# ---------------------------------------------------------------- the store
+
+
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_a_store_the_user_cannot_write_serves_readers_and_refuses_writers(as_user, repo, what):
+    """SQLite only: the store's own file and folder (a PostgreSQL role's grants are the server's business)."""
+    batch_id = started(as_user, repo, None)
+    store_file = repo / ".git" / "lanes-es" / "events.sqlite"
+    (store_file if what == "file" else store_file.parent).chmod(0o444 if what == "file" else 0o555)
+    before = digest(store_file.parent)
+    out = repo.parent
+    for args in (["status", SLUG], ["plan", SLUG], ["verify", batch_id], ["replay", batch_id],
+                 ["rebuild", batch_id, "--check"], ["export", batch_id, "-o", str(out / "log.jsonl")],
+                 ["audit", batch_id, "--html", str(out / "page.html")], ["batches"], ["flakes"]):
+        result = as_user(repo, *args)
+        assert result.returncode == EXIT_OK, (args, result.stderr)
+    assert batch_id in as_user(repo, "batches").stdout
+    for args in (["tick", SLUG], ["authorize", SLUG, "--yes", "--max-parallel", "2"], ["retire", SLUG, "--yes"],
+                 ["rebuild", batch_id]):
+        refused(as_user(repo, *args), str(store_file), "is read-only", "use a writable --store", "Read-only commands")
+    assert digest(store_file.parent) == before
+
+
+# ---------------------------------------------------------------- the checkout and the Lanes
+
+
+def test_a_state_directory_the_user_cannot_write_refuses_before_recording(as_user, repo, store):
+    started(as_user, repo, store)
+    state = repo / ".imm" / "state" / "batches"
+    before = recorded(as_user, repo, store)
+    for folder in (state, state.parent):
+        folder.chmod(0o555)
+    for args in (["tick", SLUG], ["retire", SLUG, "--yes"], ["authorize", SLUG, "--yes", "--max-parallel", "2"]):
+        refused(as_user(repo, *args, store=store), "state_not_writable", str(state), "cannot be written by this user",
+                f"chmod u+w {state}", f"`lanes-es {args[0]} {SLUG}` again")
+    assert recorded(as_user, repo, store) == before
+    for folder in (state.parent, state):
+        folder.chmod(0o755)
+    assert as_user(repo, "tick", SLUG, store=store).returncode == EXIT_OK  # fixed, the batch goes on
+
+
+def test_run_refuses_a_lanes_dir_the_user_cannot_write_before_confirming(as_user, repo, store):
+    lanes = repo.parent / "lanes"
+    lanes.mkdir()
+    shutil.chown(lanes, USER, USER)
+    lanes.chmod(0o555)
+    for target in (lanes, lanes / "deeper" / "still"):
+        result = as_user(repo, "run", SLUG, "--max-parallel", "2", "--lanes-dir", str(target), "--executor", "true",
+                         "--yes", store=store)
+        refused(result, f"--lanes-dir {target}", "cannot be written by this user", f"chmod u+w {lanes}")
+    assert list(lanes.iterdir()) == []
+    refused(as_user(repo, "status", SLUG, store=store), "has no")  # nothing was confirmed
+
+
+@pytest.mark.parametrize("which", ["initiative", "intent"])
+def test_an_unreadable_initiative_or_intent_is_named_with_its_fix(as_user, repo, store, which):
+    path = repo / ("docs/initiatives/demo.md" if which == "initiative" else "docs/plans/greet.intent.json")
+    path.chmod(0o000)
+    words = (str(path), "permission denied") if which == "initiative" else (str(path), "intent_unreadable",
+                                                                            f"chmod u+r {path}")
+    refused(as_user(repo, "authorize", SLUG, "--yes", "--max-parallel", "2", store=store), *words)
+    refused(as_user(repo, "status", SLUG, store=store), "has no")  # nothing was confirmed
+    plan = as_user(repo, "plan", SLUG, store=store)
+    if which == "initiative":
+        refused(plan, str(path), "permission denied")
+    else:
+        assert plan.returncode == EXIT_OK and "greet.intent.json cannot be opened: Permission denied" in plan.stdout
+    path.chmod(0o644)
+    started(as_user, repo, store)
+    path.chmod(0o000)  # unreadable under a running batch: git cannot tell whether it changed
+    before = recorded(as_user, repo, store)
+    relative = str(path.relative_to(repo))
+    tick = as_user(repo, "tick", SLUG, store=store)
+    assert tick.returncode == EXIT_REFUSED, tick.stderr
+    assert f"{relative} cannot be read by this user" in tick.stdout and f"chmod u+r {relative}" in tick.stdout
+    assert "move it out of the coordinator checkout" not in tick.stdout
+    after = recorded(as_user, repo, store)[1].splitlines()
+    assert after[:len(before[1].splitlines())] == before[1].splitlines()  # only the refusal's own audit event
+    assert [line.endswith('TickRejected"}') for line in after[len(before[1].splitlines()):]] == [True]
+
+
+def test_a_repository_another_user_owns_is_named_as_such(as_user, tmp_path):
+    """git's safe.directory rule: not 'not a git repository'."""
+    place = Path(tempfile.mkdtemp(prefix="root-owned-", dir=as_user.home))
+    place.chmod(0o755)
+    make_repository(place / "repo")
+    subprocess.run(["chmod", "-R", "a+rX", str(place)], check=True)
+    for args in (["plan", SLUG], ["status", SLUG]):
+        refused(as_user(place / "repo", *args), "another user owns it", "safe.directory", str(place / "repo"))
