@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 import time
 import uuid
@@ -554,6 +555,11 @@ class LanesService:
         """LANES_ES_STATS is checked before the tick: a tick that ran is never reported as refused for it."""
         if not self.stats_path:
             return
+        foreign = _foreign_stats_file(self.stats_path)
+        if foreign:
+            raise ServiceError("invalid_stats_file", f"LANES_ES_STATS={self.stats_path} is {foreign}, not a tick "
+                                                     f"statistics file; nothing was ticked: name a new file or one "
+                                                     f"lanes-es wrote, or unset LANES_ES_STATS")
         try:
             with open(self.stats_path, "a", encoding="utf-8"):
                 pass
@@ -667,6 +673,34 @@ class RetireTarget:
 def _record_bytes(batch: LaneBatch | None) -> bytes:
     """The v2 record's canonical bytes as the log has them (empty for a batch authorized but never ticked)."""
     return documents_of(batch).record_bytes() if batch is not None else b""
+
+
+def _foreign_stats_file(path: str) -> str | None:
+    """What makes an existing file at `path` no statistics file (None when it is one, or absent).
+
+    lanes-es only appends JSON lines; appending to anything else (a program, a document) would
+    damage a file of the user's, which root could do to any file on the machine."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None  # absent (made on first use) or unreadable: the append check says which
+    if stat.S_ISCHR(info.st_mode):
+        return None  # a device such as /dev/null or a terminal takes lines and keeps nothing
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_mode & 0o111:
+        return "an executable file"
+    if info.st_size == 0:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(info.st_size - 4096, 0))
+            tail = handle.read()
+    except OSError:
+        return None
+    if b"\0" in tail or not tail.endswith(b"}\n"):
+        return "a file whose last line is no JSON line lanes-es wrote"
+    return None
 
 
 @dataclass

@@ -541,6 +541,16 @@ def test_a_stats_file_that_cannot_be_written_refuses_before_the_tick(repo, tmp_p
         refused(lanes(repo, "tick", SLUG, env={"LANES_ES_STATS": str(bad)}), f"LANES_ES_STATS={bad}",
                 "nothing was ticked", "unset LANES_ES_STATS")
     assert [row for row in rows(repo) if row[0] == batch_id] == []
+    program, document = tmp_path / "program", tmp_path / "notes.txt"
+    program.write_bytes(b"\x7fELF\x02\x01\x01\x00 a program")
+    program.chmod(0o755)
+    document.write_text("my own notes\n")
+    for foreign, why in ((program, "an executable file"), (document, "no JSON line lanes-es wrote")):
+        before = foreign.read_bytes()
+        refused(lanes(repo, "tick", SLUG, env={"LANES_ES_STATS": str(foreign)}), f"LANES_ES_STATS={foreign}", why,
+                "nothing was ticked")
+        assert foreign.read_bytes() == before  # a file of the user's is never appended to
+    assert [row for row in rows(repo) if row[0] == batch_id] == []
     if os.path.exists("/dev/full"):  # the tick ran: a full stats file after it is a warning, not a refusal
         tick = lanes(repo, "tick", SLUG, env={"LANES_ES_STATS": "/dev/full"})
         assert tick.returncode == EXIT_OK and "tick statistics not written to /dev/full" in tick.stderr
