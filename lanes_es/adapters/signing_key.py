@@ -33,7 +33,7 @@ def load_signer(common_dir: Path, create: bool = True) -> Signer:
             raise KeyError_(f"cannot make the signing key {path}: {error.strerror or error}; free some space (or "
                             f"fix the directory's mode) and the next tick makes it") from None
     fix = (f"; name a signed-note key file (PRIVATE+KEY+...) with {KEY_ENV}, or unset it for the repository's own"
-           if os.environ.get(KEY_ENV) else "; move it away and a new key is made on the next tick (auditors then "
+           if os.environ.get("LANES_ES_SIGNING_KEY") else "; move it away and a new key is made on the next tick (auditors then "
                                             "need the new `lanes-es key show`)")
     try:
         text = path.read_text(encoding="utf-8")

@@ -129,17 +129,22 @@ class Template(NamedTuple):
 
     root: str
     store: str | None  # None: the repository's own SQLite file
+    mode: str
 
 
 def make_template(base: Path, mode: str, store: str | None) -> Template:
-    from tools.compose import build_service
-
     intents = {t: intent_json(t, task.scope, verification=task.verification) for t, task in TASKS.items()}
     root = make_repo(base / "repo", intents=intents, files={f"docs/initiatives/{SLUG}.md": initiative_markdown(TASKS)})
-    service = build_service(root, store, clock=SteppingClock())
+    confirm(root, store, mode)
+    return Template(root, store, mode)
+
+
+def confirm(root: str, store: str | None, mode: str, clock: SteppingClock | None = None) -> None:
+    from tools.compose import build_service
+
+    service = build_service(root, store, clock=clock or SteppingClock())
     service.authorize(service.confirmation(SLUG, max_parallel=3, integration=mode, verify_workers=2))
     service.store.close()
-    return Template(root, store)
 
 
 @contextmanager
@@ -149,6 +154,10 @@ def copy_repository(template: Template, target: Path) -> Iterator[tuple[str, str
 
     shutil.copytree(template.root, target / "repo", symlinks=True)
     store = clone_postgres_schema(template.store) if template.store else None
+    if store:
+        # A copy of a checkout ticking on a store that is not its own file is another checkout of a
+        # shared store (batch_repository_changed): the copy is confirmed where it now is, as a user would.
+        confirm(os.path.realpath(target / "repo"), store, template.mode, SteppingClock(1_900_000_000.5))
     try:
         yield os.path.realpath(target / "repo"), store
     finally:

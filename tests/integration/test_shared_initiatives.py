@@ -235,6 +235,7 @@ def test_a_write_held_past_the_sqlite_busy_timeout_is_the_busy_outcome(tmp_path,
     import sqlite3
 
     store_path = tmp_path / "store" / "events.sqlite"
+    store_path.parent.mkdir()  # a store is never made in a directory that does not exist
     engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])}, slug=SLUG, store_url=str(store_path))
     if command == "tick":
         engine.authorize()
