@@ -75,11 +75,12 @@ class Executors:
         self.extra_env = dict(extra_env or {})
         self.running: dict[str, Running] = {}
         self.finished: dict[str, Finished] = {}
+        self.adopt_survivors()
 
     def should_start(self, handoff: dict[str, Any]) -> bool:
         """Not while one runs; again only when the task moved since the last one started (no busy loop)."""
         task_id = handoff["task_id"]
-        if task_id in self.running or self.adopt_survivor(handoff):
+        if task_id in self.running:
             return False
         last = self.finished.get(task_id)
         return last is None or last.record_revision != handoff["record_revision"]
@@ -101,27 +102,37 @@ class Executors:
                 raise ExecutorUnavailable(f"cannot start the Executor {shlex.join(self.argv)}: {error}") from None
         running = Running(task_id, process, self.clock(), handoff["record_revision"], log)
         self.running[task_id] = running
-        self.pid_file(task_id).write_text(json.dumps({"pid": process.pid, "lane": lane}) + "\n")
+        self.pid_file(task_id).write_text(json.dumps({"pid": process.pid, "lane": lane,
+                                                            "record_revision": handoff["record_revision"]}) + "\n")
         return running
 
     def pid_file(self, task_id: str) -> Path:
         return self.logs_dir / f"{task_id}.pid"
 
-    def adopt_survivor(self, handoff: dict[str, Any]) -> bool:
-        """An Executor an earlier, killed autopilot started is still working in this Lane: wait for it
-        rather than start a second one beside it."""
-        task_id = handoff["task_id"]
-        try:
-            recorded = json.loads(self.pid_file(task_id).read_text())
-            pid, lane = int(recorded["pid"]), str(recorded["lane"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return False
-        if not _alive_in(pid, lane) or os.path.realpath(lane) != os.path.realpath(handoff["lane_path"]):
-            self.pid_file(task_id).unlink(missing_ok=True)
-            return False
-        self.running[task_id] = Running(task_id, Survivor(pid, lane), self.clock(), handoff["record_revision"],
-                                        self.logs_dir / f"{task_id}.log")
-        return True
+    def adopt_survivors(self) -> None:
+        """Executors an earlier, killed autopilot started and that still work in their Lanes are waited
+        for rather than started a second time beside them.
+
+        Adopted once, when this autopilot starts, with the record revision each was started at: a
+        survivor that exits between a report and the next start is then reaped like one of ours
+        (not started again until its task moves), instead of looking like a Lane with no Executor.
+        """
+        if not self.logs_dir.is_dir():
+            return
+        for pid_file in sorted(self.logs_dir.glob("*.pid")):
+            task_id = pid_file.stem
+            try:
+                recorded = json.loads(pid_file.read_text())
+                pid, lane = int(recorded["pid"]), str(recorded["lane"])
+                revision = recorded.get("record_revision")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                pid_file.unlink(missing_ok=True)
+                continue
+            if not _alive_in(pid, lane):
+                pid_file.unlink(missing_ok=True)
+                continue
+            self.running[task_id] = Running(task_id, Survivor(pid, lane), self.clock(),
+                                            revision if isinstance(revision, int) else None, self.logs_dir / f"{task_id}.log")
 
     def reap(self) -> list[Finished]:
         done: list[Finished] = []

@@ -374,6 +374,28 @@ def test_an_executor_that_survived_a_killed_run_is_waited_for_not_doubled(tmp_pa
     assert fresh.should_start(handoff) is True  # nothing left to adopt
 
 
+def test_a_survivor_that_exits_before_the_next_report_is_not_started_again_on_a_stale_report(tmp_path):
+    """The restarted autopilot adopts survivors when it starts: if one submits and exits before the report
+    it already read is acted on, that stale report (same record revision) starts no second Executor."""
+    from lanes_es.steward.executors import Executors
+
+    lane = tmp_path / "lane"
+    lane.mkdir()
+    handoff = {"task_id": "t", "lane_path": str(lane), "record_revision": 4, "next_obligation": "submit_assurance"}
+    first = Executors([sys.executable, "-c", "import time; time.sleep(0.5)"], str(tmp_path), tmp_path / "logs")
+    running = first.start(handoff, "{}")
+    restarted = Executors([sys.executable, "-c", "pass"], str(tmp_path), tmp_path / "logs")
+    running.process.wait()  # the survivor finished its work before the restarted autopilot looked at the report
+    assert restarted.should_start(handoff) is False  # still counted as running until reaped
+    deadline = time.monotonic() + 5
+    done = []
+    while not done and time.monotonic() < deadline:
+        done = restarted.reap()
+    assert [(finished.task_id, finished.record_revision) for finished in done] == [("t", 4)]
+    assert restarted.should_start(handoff) is False  # the report it read was from before the survivor's submit
+    assert restarted.should_start({**handoff, "record_revision": 5}) is True  # the task moved: next obligation
+
+
 def test_only_run_on_a_terminal_imports_the_progress_library():
     """rich costs about 0.12 s of start-up: `--help`, `run --help` and the other commands never import it."""
     for args in (["--help"], ["run", "--help"], ["status", "--help"]):
