@@ -80,6 +80,9 @@ class PlanObserver(Protocol):
     def current_digest(self, root: str, slug: str, own_tasks: Any) -> str:
         """The plan digest the coordinator's Initiative and intents give now; PortError when underivable."""
 
+    def unreadable_file(self, root: str, slug: str, intent_paths: Any) -> str | None:
+        """The first of the Initiative and the intents at `intent_paths` this user cannot read, else None."""
+
 
 class RuntimeContracts(Protocol):
     def refusal(self, root: str, executor_runtime: str | None) -> str | None:

@@ -9,8 +9,10 @@ arrive on the batch branch as they integrate, and that is the batch's progress, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from lanes_es.adapters.initiative_reader import carrier_path
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.domain.plan import project_batch_plan
 from lanes_es.ports import PortError
@@ -73,3 +75,16 @@ class CoordinatorPlan:
         except ValueError as error:
             raise PortError(str(error)) from None
         return plan["plan_digest"]
+
+    def unreadable_file(self, root: str, slug: str, intent_paths: Iterable[str]) -> str | None:
+        """Opened, not trusted to git: git lists an unreadable file as changed only when its stat
+        cache says so, which a chmod may or may not trip."""
+        for relative in [carrier_path(slug), *intent_paths]:
+            try:
+                with open(Path(root) / relative, "rb"):
+                    pass
+            except PermissionError:
+                return relative
+            except OSError:
+                continue  # absent or not a file: the plan's own read says what is wrong
+        return None

@@ -71,11 +71,19 @@ def decide_working_tree(entries: Sequence[tuple[str, str]], plan: Sequence[Prova
     if not entries or not isinstance(plan, Unprovable):
         return None
     code, base = (UNSTAGED, _UNSTAGED_REASON) if any(is_unstaged(c) for c, _ in entries) else (DIRTY, _DIRTY_REASON)
+    if plan.unreadable:
+        return unreadable_file_refusal(plan.path, slug, code=code, base=base)
     reason = f"{base} (not restored: {plan.path}: {plan.detail})"
     message = (f"{plan.path} is not a write of this batch's Lanes, so lanes-es touches no file of the checkout; "
                f"move it out of the coordinator checkout (or stash it), then run `lanes-es tick {slug}` again")
-    if plan.unreadable:
-        message = (f"{plan.path} cannot be read by this user, so neither git nor lanes-es can tell whether it changed; "
-                   f"lanes-es touches no file of the checkout: fix its owner or mode (chmod u+r {plan.path}), then "
-                   f"run `lanes-es tick {slug}` again")
+    return WorkingTreeRefusal(code=code, reason=reason, message=message)
+
+
+def unreadable_file_refusal(path: str, slug: str, *, code: str = UNSTAGED, base: str = _UNSTAGED_REASON) -> WorkingTreeRefusal:
+    """A file of the checkout this user cannot read: whether git lists it depends on its stat cache,
+    so the plan's own files are checked directly too, and either way the refusal is this one."""
+    reason = f"{base} (not restored: {path}: it cannot be read by this user (permission denied))"
+    message = (f"{path} cannot be read by this user, so neither git nor lanes-es can tell whether it changed; "
+               f"lanes-es touches no file of the checkout: fix its owner or mode (chmod u+r {path}), then "
+               f"run `lanes-es tick {slug}` again")
     return WorkingTreeRefusal(code=code, reason=reason, message=message)

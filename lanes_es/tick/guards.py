@@ -28,7 +28,7 @@ from typing import Any
 from lanes_es.domain.drift import (
     Covered, Drift, Observed, decide_drift, decide_repository, drift_next_action, repository_next_action,
 )
-from lanes_es.domain.working_tree import Unprovable, WorkingTreeRefusal, decide_working_tree
+from lanes_es.domain.working_tree import Unprovable, WorkingTreeRefusal, decide_working_tree, unreadable_file_refusal
 from lanes_es.domain.record import IN_FLIGHT
 from lanes_es.ports import CoordinatorView, PortError
 from lanes_es.tick.context import TickOutcome, refusal_report
@@ -55,7 +55,13 @@ def repository_refusal(tick: TickInput, batch: Any, shared_store: bool) -> dict[
 
 def working_tree_refusal(ports: Any, root: str, slug: str, record: dict[str, Any],
                          view: CoordinatorView) -> WorkingTreeRefusal | None:
-    """The preflight's refusal when a dirty path has an unknown origin; None when clean or all provable."""
+    """The preflight's refusal when a dirty path has an unknown origin or a file of the plan cannot be
+    read; None when clean or all provable."""
+    if ports.plans is not None:
+        intents = [identity["intent_path"] for identity in (record.get("intent_identities") or {}).values()]
+        unreadable = ports.plans.unreadable_file(root, slug, intents)
+        if unreadable is not None:
+            return unreadable_file_refusal(unreadable, slug)
     if not view.entries:
         return None
     if ports.leaks is None:  # nothing here can prove a Lane's origin: every change is of unknown origin

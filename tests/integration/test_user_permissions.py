@@ -206,7 +206,7 @@ def test_an_unreadable_initiative_or_intent_is_named_with_its_fix(as_user, repo,
     before = recorded(as_user, repo, store)
     relative = str(path.relative_to(repo))
     tick = as_user(repo, "tick", SLUG, store=store)
-    assert tick.returncode == EXIT_REFUSED, tick.stderr
+    assert tick.returncode == EXIT_REFUSED, "OUT:" + tick.stdout + "ERR:" + tick.stderr
     assert f"{relative} cannot be read by this user" in tick.stdout and f"chmod u+r {relative}" in tick.stdout
     assert "move it out of the coordinator checkout" not in tick.stdout
     after = recorded(as_user, repo, store)[1].splitlines()
