@@ -250,9 +250,9 @@ class ReferenceKernel:
         return self._run_qa(store, lane_path, record)
 
     def settled_evidence(self, lane_path: str, task_id: str) -> SettledEvidence:
+        """The settled run the lane commit carries; KernelError when the task is not done."""
         from lanes_es.adapters.batch_git import SettledEvidence
 
-        """The settled run the lane commit carries; KernelError when the task is not done."""
         _check_task_id(task_id)
         record = LaneStore(lane_path).read_record(task_id)
         if record is None:
