@@ -383,5 +383,5 @@ def test_a_lane_whose_links_broke_with_a_renamed_checkout_parks_as_lost(tmp_path
     report = json.loads(out)
     lost, waiting = report["children"]
     assert lost["state"] == "needs_human"
-    assert lost["reason"].startswith("batch_lane_lost: the Lane's git failed: git read-tree HEAD failed")
+    assert lost["reason"].startswith("batch_lane_lost: the Lane's git failed: git add -A failed")
     assert waiting["state"] == "enrolled" and report["commits"] == []

@@ -35,3 +35,26 @@ def test_raw_diff_tree_output_is_read_path_by_path():
 def test_a_change_outside_the_scope_is_no_part_of_the_delivery():
     stray = ("stray.txt", "100644", "5" * 40)
     assert delivery_identity([A, B, stray]) == delivery_identity([A, B])
+
+
+def test_a_raw_diff_keeps_the_old_mode_for_the_fast_path_check():
+    from lanes_es.domain.delivery import parse_raw_diff_with_old_mode
+
+    raw = f":100755 000000 {'a' * 40} {'0' * 40} D\0src/c.txt\0".encode()
+    assert parse_raw_diff_with_old_mode(raw) == [("src/c.txt", "100755", "000000", "0" * 40)]
+
+
+def test_an_index_built_from_nothing_is_trusted_unless_a_tracked_entry_only_head_knew_shows():
+    from lanes_es.domain.delivery import tracked_entries_unseen
+
+    on_disk = {"kept-but-ignored.txt", "sub"}
+    exists = on_disk.__contains__
+    blob = "1" * 40
+    assert not tracked_entries_unseen([("new.txt", "000000", "100644", blob),       # untracked, added
+                                       ("gone.txt", "100644", "000000", "0" * 40),  # deleted on disk
+                                       ("a.txt", "100644", "100644", blob),         # edited
+                                       ("run.sh", "100644", "100755", blob)], exists)  # chmod +x
+    assert tracked_entries_unseen([("kept-but-ignored.txt", "100644", "000000", "0" * 40)], exists)
+    assert tracked_entries_unseen([("sub", "160000", "000000", "0" * 40)], exists)  # uninitialized submodule
+    assert tracked_entries_unseen([("run.sh", "100755", "100644", blob)], exists)   # core.fileMode off
+    assert tracked_entries_unseen([("link", "120000", "100644", blob)], exists)     # core.symlinks off
