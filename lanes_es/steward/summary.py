@@ -17,7 +17,7 @@ def summary_lines(autopilot: Autopilot, report: dict[str, Any], stopped_for: str
     for child in report["children"]:
         commit = f" {child['commit'][:12]}" if child.get("commit") else ""
         reason = f" ({child['reason']})" if child.get("reason") else ""
-        lines.append(f"  {child['task_id']:<24} {child['state']}{commit}{reason}")
+        lines.append(f"  {child['task_id']:<24} {child['state']}{commit}{reason}{released_note(autopilot, child)}")
     released = len(autopilot.released)
     lines.append(f"{len(report['commits'])} commit{'s' if len(report['commits']) != 1 else ''} on "
                  f"imm/{report['initiative_slug']}; {released} Lane{'s' if released != 1 else ''} "
@@ -26,6 +26,14 @@ def summary_lines(autopilot: Autopilot, report: dict[str, Any], stopped_for: str
     lines += waiting_lines(autopilot, report)
     lines.append(f"next: {next_step(report, stopped_for)}")
     return lines
+
+
+def released_note(autopilot: Autopilot, child: dict[str, Any]) -> str:
+    """The child's state in the report, and the steward's release the report cannot hold yet: the Lanes
+    of a settled batch are released after its last tick, so no tick records their `released`."""
+    if child["state"] == "integrated" and child["task_id"] in autopilot.released:
+        return ", its Lane released by the steward after the last tick"
+    return ""
 
 
 def exit_code(report: dict[str, Any]) -> int:
