@@ -204,6 +204,7 @@ class LanesService:
         # Upstream's plan keeps only a reason code; the precise cause and its fix go beside it.
         intent_errors = {task: intent_error_text(read, task, slug) for task, read in inputs.reads.items()
                          if isinstance(read, str) and task not in inputs.settled}
+        self._refuse_commands_that_cannot_run(slug, inputs)
         try:
             plan = inputs.project()
         except ValueError as error:
@@ -264,6 +265,22 @@ class LanesService:
                             budget=budget, max_parallel=max_parallel or 1, final_verification=final_verification or None,
                             delegate_revisions=delegate_revisions, integration=integration or DEFAULT_INTEGRATION,
                             verify_workers=verify_workers, flake_reruns=flake_reruns or 0)
+
+    def _refuse_commands_that_cannot_run(self, slug: str, inputs: Any) -> None:
+        """An intent valid by upstream's rules (its `verification` only has to be a string) whose descriptor
+        breaks descriptor v2 (a control character in an argument, ...) would fail every QA of its Lane: refused
+        before anything is confirmed rather than planned."""
+        from lanes_es.domain.descriptor import acceptance_problem
+
+        for task, read in inputs.reads.items():
+            if isinstance(read, str) or task in inputs.settled:
+                continue
+            problem = acceptance_problem(read.intent)
+            if problem is not None:
+                raise ServiceError("invalid_verification_descriptor",
+                                   f"task {task}: {read.path} {problem}; this check could never run, so nothing was "
+                                   f"confirmed: correct the descriptor in {read.path}, commit it, then run "
+                                   f"`lanes-es plan {slug}` again")
 
     def _refuse_unreadable_intents(self, slug: str, plan: dict[str, Any]) -> None:
         """An intent this user cannot read is no plan decision (a fix of its mode would change the plan under the

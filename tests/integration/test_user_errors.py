@@ -164,6 +164,27 @@ def test_a_plan_with_nothing_enrollable_keeps_each_cause(tmp_path, store_url):
     assert rows(root) == []
 
 
+@pytest.mark.parametrize("argument", ["--colour=\x1b[31m", "two\nlines", "nul\x00", "del\x7f"])
+def test_a_check_argument_with_a_control_character_is_refused_before_confirming(repo, argument):
+    """Upstream's intent validator takes any `verification` string (contracts §7.2); descriptor v2 forbids control
+    characters in argv (§9.7), so such a check could never run: refused at plan and authorize, shown escaped."""
+    path = repo / "docs" / "plans" / "greet.intent.json"
+    intent = json.loads(path.read_text())
+    descriptor = json.loads(intent["acceptance"][0]["verification"])
+    descriptor["command"]["argv"].append(argument)
+    intent["acceptance"][0]["verification"] = json.dumps(descriptor)
+    path.write_text(json.dumps(intent, indent=2) + "\n")
+    subprocess.run(["git", "commit", "-qam", "a control character"], cwd=repo, check=True)
+    words = ("invalid_verification_descriptor", "task greet", "docs/plans/greet.intent.json", "acceptance A1",
+             f"command.argv[2] {argument!r}", "control character", "nothing was confirmed",
+             "correct the descriptor in docs/plans/greet.intent.json, commit it", f"`lanes-es plan {SLUG}` again")
+    for command in (["plan", SLUG], ["plan", SLUG, "--json"], ["authorize", SLUG, "--yes", "--max-parallel", "2"]):
+        line = refused(lanes(repo, *command), *words)
+        assert "\n" not in line and "\x1b" not in line and "\x00" not in line  # escaped, never raw
+    assert rows(repo) == []
+    refused(lanes(repo, "status", SLUG), "has no batch")
+
+
 def test_a_task_id_that_is_no_id_is_a_plan_refusal(repo):
     add_task(repo, "../../etc/passwd", None, track=False)
     refused(lanes(repo, "plan", SLUG), "invalid task_id")
