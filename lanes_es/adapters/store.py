@@ -262,9 +262,13 @@ class EventStore:
         # reads an empty one in memory): what would write there (the read model) must fold in memory.
         self.writable = not read_only or _opened_for_writing(env)
         if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
-            probe_postgres(url, env)
+            has_log = probe_postgres(url, env, log_table=f"{LanesApplication.name.lower()}_events" if read_only
+                                     else None)
+            if read_only:  # a command that only reads makes no table, type or function in the schema
+                env = {**env, "CREATE_TABLE": "no"} if has_log else store_env("memory:")
+                self.writable = has_log
         try:
-            if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
+            if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres" and not read_only:
                 with self._setup_lock():
                     self.app = LanesApplication(env=env)
             else:
