@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
@@ -27,6 +27,7 @@ from lanes_es.domain.candidates import DEFAULT_INTEGRATION, INTEGRATION_MODES, S
 from lanes_es.domain.ids import batch_branch_name, is_valid_id
 from lanes_es.domain.initiative import Initiative
 from lanes_es.domain.record import IN_FLIGHT, is_terminal
+from lanes_es.domain.repository import RepositoryIdentity
 from lanes_es.errors import Refusal
 from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_NEEDS_PERSON, EXIT_OK, EXIT_REFUSED
 from lanes_es.domain.report import RETIRE_NEXT_ACTION, RETIRE_REASON, lane_report
@@ -67,6 +68,9 @@ class Adapters(Protocol):
 
     def anchor_log(self, root: str, batch_id: str, version: int, read_rows: Callable[[int], Any]) -> Any:
         """Bring the batch's signed checkpoint in git up to `version` (lanes_es/audit/anchor.py)."""
+
+    def repository_identity(self, root: str) -> RepositoryIdentity:
+        """The repository id and checkout `root` is in now; a Refusal or OSError when it cannot be read."""
 
 
 class ServiceError(Refusal):
@@ -137,10 +141,17 @@ class Confirmation:
     integration: str = DEFAULT_INTEGRATION  # lanes-es's own choice; kept out of upstream's facts
     verify_workers: int | None = None
     flake_reruns: int = 0
+    # What the gate saw before the user answered, read again after it (`LanesService.authorize`):
+    # the checkout and its repository id, the coordinator's HEAD, and the tasks kept as the batch's own
+    # when the plan is derived (None: a new plan, as `lanes-es plan` derives it).
+    repository: RepositoryIdentity | None = None
+    seen_head: str | None = None
+    own_tasks: tuple[str, ...] | None = None
 
     def facts(self) -> dict[str, Any]:
         return {
             "initiative_slug": self.slug,
+            **({"repository": self.repository.checkout} if self.repository is not None else {}),
             "batch_id": self.batch_id,
             "resumes_parked_batch": self.resumes,
             "branch": batch_branch_name(self.slug),
@@ -204,6 +215,7 @@ class LanesService:
         # Upstream's plan keeps only a reason code; the precise cause and its fix go beside it.
         intent_errors = {task: intent_error_text(read, task, slug) for task, read in inputs.reads.items()
                          if isinstance(read, str) and task not in inputs.settled}
+        self._refuse_commands_that_cannot_run(slug, inputs)
         try:
             plan = inputs.project()
         except ValueError as error:
@@ -238,12 +250,15 @@ class LanesService:
             raise ServiceError("invalid_verify_workers", "verify_workers must be at least 1")
         if flake_reruns is not None and not 0 <= flake_reruns <= 5:
             raise ServiceError("invalid_flake_reruns", "flake_reruns must be 0 to 5")
+        repository = self._repository_now()
         initiative = self.initiative(slug)
         current = initiative.current if initiative else None
         recorded = self.store.batch(current.batch_id) if current else None
         if current is not None and recorded is not None and not is_terminal(recorded.batch_state):
             self._require_plan_unchanged(slug, recorded)
-            return self._reconfirmation(slug, current, recorded, max_parallel, delegate_revisions)
+            return replace(self._reconfirmation(slug, current, recorded, max_parallel, delegate_revisions),
+                           repository=repository, seen_head=self.adapters.head(self.root),
+                           own_tasks=tuple(child["task_id"] for child in recorded.record["children"]))
         plan = self.plan(slug)
         self._refuse_unreadable_intents(slug, plan)
         batch_id = f"batch-{slug}-{uuid.uuid4()}"
@@ -251,19 +266,46 @@ class LanesService:
             # Authorized but never ticked: confirm it again as it stands, or, when the plan moved
             # since, confirm the new plan under the same (never started) batch id.
             if plan["plan_digest"] == current.plan_digest:
-                return self._reconfirmation(slug, current, None, max_parallel, delegate_revisions, integration,
-                                            verify_workers, flake_reruns)
+                return replace(self._reconfirmation(slug, current, None, max_parallel, delegate_revisions,
+                                                    integration, verify_workers, flake_reruns),
+                               repository=repository, seen_head=self.adapters.head(self.root))
             batch_id = current.batch_id
         enrollable: list[ev.PlanChild] = plan["enrollable"]
         budget = ev.Budget(max_children=max_children or len(enrollable),
                            qa_failure_limit=qa_failure_limit or plan["budget"]["qa_failure_limit"])
         if budget.max_children > len(enrollable) or budget.max_children < 1:
             raise ServiceError("invalid_budget", f"max_children must be 1 to {len(enrollable)} (the enrollable children)")
+        head = self.adapters.head(self.root)
         return Confirmation(slug=slug, batch_id=batch_id, resumes=False, plan=plan,
-                            children=enrollable, plan_digest=plan["plan_digest"], base_head=self.adapters.head(self.root),
+                            children=enrollable, plan_digest=plan["plan_digest"], base_head=head,
                             budget=budget, max_parallel=max_parallel or 1, final_verification=final_verification or None,
                             delegate_revisions=delegate_revisions, integration=integration or DEFAULT_INTEGRATION,
-                            verify_workers=verify_workers, flake_reruns=flake_reruns or 0)
+                            verify_workers=verify_workers, flake_reruns=flake_reruns or 0,
+                            repository=repository, seen_head=head)
+
+    def _repository_now(self) -> RepositoryIdentity:
+        """The checkout this service runs in and its repository id, read from the files now when the adapters
+        can (the gate compares them after the user's answer), else as the service was opened."""
+        read = getattr(self.adapters, "repository_identity", None)
+        if read is None:
+            return RepositoryIdentity(repository_id=getattr(self.store, "repository_id", None), checkout=self.root)
+        return read(self.root)
+
+    def _refuse_commands_that_cannot_run(self, slug: str, inputs: Any) -> None:
+        """An intent valid by upstream's rules (its `verification` only has to be a string) whose descriptor
+        breaks descriptor v2 (a control character in an argument, ...) would fail every QA of its Lane: refused
+        before anything is confirmed rather than planned."""
+        from lanes_es.domain.descriptor import acceptance_problem
+
+        for task, read in inputs.reads.items():
+            if isinstance(read, str) or task in inputs.settled:
+                continue
+            problem = acceptance_problem(read.intent)
+            if problem is not None:
+                raise ServiceError("invalid_verification_descriptor",
+                                   f"task {task}: {read.path} {problem}; this check could never run, so nothing was "
+                                   f"confirmed: correct the descriptor in {read.path}, commit it, then run "
+                                   f"`lanes-es plan {slug}` again")
 
     def _refuse_unreadable_intents(self, slug: str, plan: dict[str, Any]) -> None:
         """An intent this user cannot read is no plan decision (a fix of its mode would change the plan under the
@@ -343,6 +385,7 @@ class LanesService:
         """
         self.require_writable_state(f"authorize {confirmation.slug}")
         with self._locked(self.store.initiative_lock_name(confirmation.slug), DEFAULT_LOCK_WAIT):
+            self._require_unmoved_since_gate(confirmation)
             for attempt in range(LOST_RACE_RETRIES + 1):
                 initiative = self.store.initiative(confirmation.slug)
                 standing = self._still_confirms(initiative, confirmation)
@@ -375,6 +418,53 @@ class LanesService:
                 self.adapters.ensure_state_ignored(self.root)
                 return initiative.authorizations[-1]
         raise AssertionError("unreachable")
+
+    def _require_unmoved_since_gate(self, confirmation: Confirmation) -> None:
+        """upstream's checks after its native gate (contracts §5 gate keys, §11.1): the user answered on facts
+        read before the prompt; the plan, the repository and HEAD are read again, and a yes is recorded only
+        when none moved. Refused with upstream's key; nothing is written (no authorize refusal writes an event:
+        the Initiative's log holds only what a user confirmed)."""
+        slug = confirmation.slug
+        again = f"nothing was recorded: run `lanes-es authorize {slug}` again to confirm it as it now stands"
+        digest, unreadable = self._plan_digest_now(slug, confirmation.own_tasks)
+        if digest is None:
+            raise ServiceError("plan_became_unreadable", f"the batch plan of Initiative {slug} became unreadable "
+                                                         f"after the confirmation ({unreadable}); {again}")
+        if digest != confirmation.plan_digest:
+            raise ServiceError("plan_changed", f"the batch plan of Initiative {slug} changed after the confirmation "
+                                               f"(it is now {digest}, the user confirmed {confirmation.plan_digest}); "
+                                               f"{again}")
+        if confirmation.repository is None or confirmation.seen_head is None:
+            return  # built by hand (tests, tools): nothing was seen to compare the repository against
+        try:
+            repository, head = self._repository_now(), self.adapters.head(self.root)
+        except (Refusal, OSError) as error:
+            raise ServiceError("repository_became_unreadable",
+                               f"the git repository {confirmation.repository.checkout} became unreadable after the "
+                               f"confirmation ({error}); {again}") from None
+        if repository != confirmation.repository:
+            raise ServiceError("batch_repository_changed",
+                               f"the confirmation was given for {confirmation.repository.describe()}, and this "
+                               f"checkout is now {repository.describe()}; {again}")
+        if head != confirmation.seen_head:
+            raise ServiceError("head_moved", f"HEAD of {self.root} moved after the confirmation (from "
+                                             f"{confirmation.seen_head} to {head}); {again}")
+
+    def _plan_digest_now(self, slug: str, own_tasks: tuple[str, ...] | None) -> tuple[str | None, str]:
+        """(the plan digest as the files give it now, why it cannot be derived)."""
+        if own_tasks is None:
+            try:
+                return self.plan(slug)["plan_digest"], ""
+            except ServiceError as error:
+                return None, str(error)
+        from lanes_es.adapters.plan_observer import observe_plan
+
+        ports = self.adapters.tick_ports(self.root, slug)
+        try:
+            return observe_plan(self.root, slug, read_initiative=self.adapters.read_initiative,
+                                batch_git=ports.batch_git, kernel=ports.kernel, own_tasks=own_tasks)["plan_digest"], ""
+        except (PortError, ValueError) as error:
+            return None, str(error)
 
     def _still_confirms(self, initiative: Initiative | None, confirmation: Confirmation) -> ev.BatchAuthorized | None:
         """None when `confirmation` still applies to the Initiative as it now stands (record it). When another

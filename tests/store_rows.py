@@ -103,11 +103,15 @@ def remove_store(url: str) -> None:
 
 
 def store_exists(url: str) -> bool:
-    """Whether anything made the store yet: its SQLite file, or any table in its PostgreSQL schema."""
+    """Whether anything made the store yet: its SQLite file, or any table, type or function in its PostgreSQL
+    schema (eventsourcing makes all three)."""
     rows = StoreRows(url)
     if rows.backend == "sqlite":
         return Path(url).exists()
-    return bool(rows.query("SELECT 1 FROM information_schema.tables WHERE table_schema = ?", postgres_schema(url)))
+    return bool(rows.query(
+        "SELECT 1 FROM pg_class WHERE relnamespace = to_regnamespace(?) UNION ALL "
+        "SELECT 1 FROM pg_type WHERE typnamespace = to_regnamespace(?) UNION ALL "
+        "SELECT 1 FROM pg_proc WHERE pronamespace = to_regnamespace(?)", *[postgres_schema(url)] * 3))
 
 
 def event_rows(url: str) -> list[tuple[Any, ...]]:

@@ -57,20 +57,15 @@ def _batches(args: argparse.Namespace) -> int:
 
 
 def _summaries(args: argparse.Namespace) -> list[Any]:
-    """The read model's lines; on a store this user cannot write, folded from the log in memory (writes nothing)."""
+    """The read model's lines; on a store this user cannot write, or none yet, folded from the log in memory
+    (writes nothing)."""
     from lanes_es.adapters.read_model import fold_from_scratch, select_lines
-    from lanes_es.adapters.store import StoreReadOnly
     from tools.cli import service_of
 
+    service = service_of(args, read_only=True)
     try:
-        service = service_of(args)
-    except StoreReadOnly:
-        service = service_of(args, read_only=True)
-        try:
+        if not service.store.writable:
             return select_lines(list(fold_from_scratch(service.store).values()), args.state, args.repo)
-        finally:
-            service.store.close()
-    try:
         with _read_model(service.store) as model:
             return model.summaries(state=args.state, repository=args.repo)
     finally:
@@ -118,18 +113,21 @@ def rebuild_all(service: Any, check: bool, out: Any = None) -> int:
 
 
 def _read_model_drift(store: Any, check: bool, out: Any) -> bool:
-    from lanes_es.adapters.read_model import fold_from_scratch
+    from lanes_es.adapters.read_model import caught_up_in_memory, fold_from_scratch
 
-    with _read_model(store) as model:
-        model.catch_up()
+    if check and not store.writable:  # a check writes nothing: catch the view up in memory instead
         with progress_bar("read model") as update:
             expected = fold_from_scratch(store, progress=update)
-        actual = {line.batch_id: line for line in model.lines()}
-        differing = sorted(batch_id for batch_id in expected.keys() | actual.keys()
-                           if expected.get(batch_id) != actual.get(batch_id))
-        if not check:
+        differing = _differing(expected, caught_up_in_memory(store))
+    else:
+        with _read_model(store) as model:
+            model.catch_up()
             with progress_bar("read model") as update:
-                model.rebuild(progress=update)
+                expected = fold_from_scratch(store, progress=update)
+            differing = _differing(expected, {line.batch_id: line for line in model.lines()})
+            if not check:
+                with progress_bar("read model") as update:
+                    model.rebuild(progress=update)
     if differing:
         verb = "differs from" if check else "differed from (rebuilt)"
         out.write(f"read model: {len(differing)} line(s) {verb} the log: {', '.join(differing[:10])}"
@@ -137,3 +135,7 @@ def _read_model_drift(store: Any, check: bool, out: Any) -> bool:
     else:
         out.write(f"read model: {len(expected)} batch line(s), no drift\n")
     return bool(differing)
+
+
+def _differing(expected: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    return sorted(batch_id for batch_id in expected.keys() | actual.keys() if expected.get(batch_id) != actual.get(batch_id))

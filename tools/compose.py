@@ -19,6 +19,7 @@ from lanes_es.ports import GitFailure
 from lanes_es.service import LanesService, ServiceError
 
 if TYPE_CHECKING:
+    from lanes_es.domain.repository import RepositoryIdentity
     from lanes_es.tick_input import TickPorts
 
 # The adapters are imported where they are first used, so that a command that only reads the
@@ -125,6 +126,15 @@ class RealAdapters:
         with open(exclude, "a", encoding="utf-8") as handle:
             handle.write(("" if existing.endswith("\n") or not existing else "\n") + ".imm/state/\n")
         return True
+
+    def repository_identity(self, root: str) -> "RepositoryIdentity":
+        """Read from the files now: the checkout `root` is in and its repository id (never made here)."""
+        from lanes_es.adapters.store_open import repository_id
+        from lanes_es.domain.repository import RepositoryIdentity
+
+        repository = locate_repository(root)
+        return RepositoryIdentity(repository_id=repository_id(repository.common_dir, create=False),
+                                  checkout=str(repository.root))
 
     def read_initiative(self, root: str, slug: str) -> dict[str, Any]:
         from lanes_es.adapters.initiative_reader import read_local_initiative

@@ -184,6 +184,13 @@ class SQLiteBatchesView(_BatchesView, SQLiteTrackingRecorder):
             cursor.execute(f"SELECT {_COLUMNS} FROM {self.TABLE}")
             return cursor.fetchall()
 
+    def exists(self) -> bool:
+        """Whether the view's tables were made (a read that must not make them asks first)."""
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, 'tracking')",
+                           (self.TABLE,))
+            return cursor.fetchone()[0] == 2
+
     def reset(self) -> None:
         with self._write() as cursor:
             cursor.execute(f"DELETE FROM {self.TABLE}")
@@ -248,6 +255,13 @@ class PostgresBatchesView(_BatchesView, PostgresTrackingRecorder):
             cursor.execute(SQL(f"SELECT {_COLUMNS} FROM {{0}}").format(self._table))
             return cursor.fetchall()
 
+    def exists(self) -> bool:
+        """Whether the view's tables were made (a read that must not make them asks first)."""
+        with self.datastore.transaction(commit=False) as cursor:
+            cursor.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AS made",
+                           (self.table, f'"{self.datastore.schema}"."{self.tracking_table_name}"'))
+            return bool(cursor.fetchone()["made"])
+
     def reset(self) -> None:
         from psycopg.sql import SQL, Identifier
 
@@ -300,8 +314,8 @@ def _is_postgres(url: str) -> bool:
     return url.startswith(("postgresql:", "postgres:"))
 
 
-def runner_env(url: str) -> dict[str, str]:
-    env = store_env(url)
+def runner_env(url: str, read_only: bool = False) -> dict[str, str]:
+    env = store_env(url, read_only)
     if _is_postgres(url):
         # A follower needs a connection or two at a time; many coordinators share the server's limit.
         env.update({"POSTGRES_POOL_SIZE": "1", "POSTGRES_MAX_OVERFLOW": "2"})
@@ -421,9 +435,38 @@ def _pages(store: Any, position: int, progress: Any = None) -> Iterator[Sequence
 
 def fold_from_scratch(store: Any, progress: Any = None) -> dict[str, BatchSummary]:
     """Every line folded in memory from the whole log, to compare with the view; writes nothing."""
-    lines: dict[str, BatchSummary] = {}
+    return fold_in_memory(store, {}, 0, progress)
+
+
+def caught_up_in_memory(store: Any) -> dict[str, BatchSummary]:
+    """The view's stored lines caught up with the log in memory: what `ReadModel.catch_up` would leave in the
+    view, on a store this user cannot write (writes nothing). No view yet: the fold of the whole log."""
+    lines, position = stored_lines(store)
+    return fold_in_memory(store, lines, position)
+
+
+def stored_lines(store: Any) -> tuple[dict[str, BatchSummary], int]:
+    """The view's lines and position as they stand, read without writing (no table made); ({}, 0) with no view."""
+    if not store.url or store.url == "memory:" or not _has_log(store):
+        return {}, 0
+    view = _open_view(store.url, {**runner_env(store.url, read_only=True), "CREATE_TABLE": "false"})
+    try:
+        if not view.exists():
+            return {}, 0
+        return {line.batch_id: line for line in view.summaries()}, view.max_tracking_id(APPLICATION) or 0
+    finally:
+        view.datastore.close()
+
+
+def _has_log(store: Any) -> bool:
+    return (store.app.recorder.max_notification_id() or 0) > 0
+
+
+def fold_in_memory(store: Any, lines: dict[str, BatchSummary], position: int,
+                   progress: Any = None) -> dict[str, BatchSummary]:
+    """`lines` with every event after notification `position` folded in, in memory; writes nothing."""
     mapper = store.app.mapper
-    for notifications in _pages(store, 0, progress):
+    for notifications in _pages(store, position, progress):
         for notification in notifications:
             event = mapper.to_domain_event(notification)
             key = summary_key(event)

@@ -230,6 +230,13 @@ def store_env(url: str, read_only: bool = False) -> dict[str, str]:
     return env
 
 
+def _opened_for_writing(env: dict[str, str]) -> bool:
+    """Whether a read-only open's environment opens the store's own place as it is (not a read-only URI, not an
+    empty store in memory standing in for one that does not exist)."""
+    database = env.get("SQLITE_DBNAME")
+    return database is None or (database != ":memory:" and not database.startswith("file:"))
+
+
 class LanesApplication(Application[str]):
     name = "LanesES"
 
@@ -251,10 +258,17 @@ class EventStore:
         self.repository_id = repository_id
         self.owns_checkout = owns_checkout
         env = store_env(url, read_only)
+        # False when a read-only open found a store this user cannot write, or none at all (then it
+        # reads an empty one in memory): what would write there (the read model) must fold in memory.
+        self.writable = not read_only or _opened_for_writing(env)
         if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
-            probe_postgres(url, env)
+            has_log = probe_postgres(url, env, log_table=f"{LanesApplication.name.lower()}_events" if read_only
+                                     else None)
+            if read_only:  # a command that only reads makes no table, type or function in the schema
+                env = {**env, "CREATE_TABLE": "no"} if has_log else store_env("memory:")
+                self.writable = has_log
         try:
-            if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
+            if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres" and not read_only:
                 with self._setup_lock():
                     self.app = LanesApplication(env=env)
             else:

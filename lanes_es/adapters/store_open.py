@@ -137,8 +137,9 @@ def _read_only_uri(store: Path) -> str:
 # ---------------------------------------------------------------- PostgreSQL
 
 
-def probe_postgres(url: str, env: dict[str, str]) -> None:
-    """One direct connection with a short timeout, so the cause is the server's own words."""
+def probe_postgres(url: str, env: dict[str, str], log_table: str | None = None) -> bool:
+    """One direct connection with a short timeout, so the cause is the server's own words. With `log_table`,
+    whether the schema holds it (a read-only command makes no table: without it the store is empty)."""
     try:
         import psycopg
     except ImportError:
@@ -149,7 +150,16 @@ def probe_postgres(url: str, env: dict[str, str]) -> None:
                                      dbname=env["POSTGRES_DBNAME"], connect_timeout=CONNECT_TIMEOUT)
     except psycopg.Error as error:
         raise store_failure(url, postgres_cause(str(error), env)) from None
-    connection.close()
+    try:
+        if log_table is None:
+            return True
+        name = '"{0}"."{1}"'.format(env["POSTGRES_SCHEMA"].replace('"', '""'), log_table)
+        row = connection.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
+        return bool(row and row[0])
+    except psycopg.Error as error:
+        raise store_failure(url, postgres_cause(str(error), env)) from None
+    finally:
+        connection.close()
 
 
 def postgres_cause(message: str, env: dict[str, Any]) -> str:

@@ -108,11 +108,40 @@ def _executable(value: Any, where: str) -> str:
 def _argv(value: Any, where: str) -> list[str]:
     if not isinstance(value, list) or len(value) > MAX_ARGV:
         raise _fail(f"{where}.argv must be an array of at most {MAX_ARGV} strings")
-    for argument in value:
-        if not isinstance(argument, str) or len(utf8(argument)) > MAX_ARG_BYTES or CONTROL.search(argument):
-            raise _fail(f"{where}.argv entries must be strings of at most {MAX_ARG_BYTES} bytes "
-                        "without control characters")
+    for index, argument in enumerate(value):
+        problem = _argument_problem(argument)
+        if problem is not None:
+            raise _fail(f"{where}.argv[{index}] {problem}; argv entries must be strings of at most {MAX_ARG_BYTES} "
+                        "bytes without control characters")
     return list(value)
+
+
+def _argument_problem(argument: Any) -> str | None:
+    """Why one argv entry breaks the rule, the entry shown escaped (a control character must not reach a terminal)."""
+    if not isinstance(argument, str):
+        return f"is a JSON {type(argument).__name__}, not a string"
+    if len(utf8(argument)) > MAX_ARG_BYTES:
+        return f"{_escaped(argument)} is {len(utf8(argument))} bytes long"
+    control = CONTROL.search(argument)
+    if control is not None:
+        return f"{_escaped(argument)} holds the control character {control.group()!r}"
+    return None
+
+
+def _escaped(text: str, limit: int = 80) -> str:
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
+def acceptance_problem(intent: dict[str, Any]) -> str | None:
+    """The first acceptance item of a parsed TaskIntent whose verification is no valid descriptor v2, as
+    `acceptance <id>: <why>`; None when every one would run. (The intent itself is valid: upstream's intent
+    validator checks only that `verification` is a string; the descriptor's rules apply when it runs.)"""
+    for item in intent["acceptance"]:
+        try:
+            parse_verification_descriptor(item["verification"])
+        except InvalidDescriptor as error:
+            return f"acceptance {item['id']}: {error}"
+    return None
 
 
 def _bounded(value: Any, where: str, maximum: int) -> int:

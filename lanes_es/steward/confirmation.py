@@ -55,6 +55,7 @@ def confirmation_text(facts: dict[str, Any], *, with_delegation: bool = True) ->
     """The confirmation facts as a person reads them (upstream's gate message, lane form)."""
     verb = "Resume the parked" if facts["resumes_parked_batch"] else "Start the unattended"
     lines = [f"{verb} lane batch {facts['batch_id']} of Initiative {facts['initiative_slug']}?",
+             *([f"Checkout: {facts['repository']}"] if facts.get("repository") else []),
              f"Branch: {facts['branch']} from base {facts['base_head']}",
              f"Plan digest: {facts['plan_digest']}",
              f"Children ({len(facts['children'])}):"]

@@ -164,6 +164,27 @@ def test_a_plan_with_nothing_enrollable_keeps_each_cause(tmp_path, store_url):
     assert rows(root) == []
 
 
+@pytest.mark.parametrize("argument", ["--colour=\x1b[31m", "two\nlines", "nul\x00", "del\x7f"])
+def test_a_check_argument_with_a_control_character_is_refused_before_confirming(repo, argument):
+    """Upstream's intent validator takes any `verification` string (contracts §7.2); descriptor v2 forbids control
+    characters in argv (§9.7), so such a check could never run: refused at plan and authorize, shown escaped."""
+    path = repo / "docs" / "plans" / "greet.intent.json"
+    intent = json.loads(path.read_text())
+    descriptor = json.loads(intent["acceptance"][0]["verification"])
+    descriptor["command"]["argv"].append(argument)
+    intent["acceptance"][0]["verification"] = json.dumps(descriptor)
+    path.write_text(json.dumps(intent, indent=2) + "\n")
+    subprocess.run(["git", "commit", "-qam", "a control character"], cwd=repo, check=True)
+    words = ("invalid_verification_descriptor", "task greet", "docs/plans/greet.intent.json", "acceptance A1",
+             f"command.argv[2] {argument!r}", "control character", "nothing was confirmed",
+             "correct the descriptor in docs/plans/greet.intent.json, commit it", f"`lanes-es plan {SLUG}` again")
+    for command in (["plan", SLUG], ["plan", SLUG, "--json"], ["authorize", SLUG, "--yes", "--max-parallel", "2"]):
+        line = refused(lanes(repo, *command), *words)
+        assert "\n" not in line and "\x1b" not in line and "\x00" not in line  # escaped, never raw
+    assert rows(repo) == []
+    refused(lanes(repo, "status", SLUG), "has no batch")
+
+
 def test_a_task_id_that_is_no_id_is_a_plan_refusal(repo):
     add_task(repo, "../../etc/passwd", None, track=False)
     refused(lanes(repo, "plan", SLUG), "invalid task_id")
@@ -308,16 +329,25 @@ def test_a_refused_offer_exits_2_and_a_missing_path_is_named(repo, tmp_path):
     assert "is not a directory: make the Lane first" in result.stdout
 
 
-def test_store_checks_leave_a_fresh_store_alone_for_read_only_commands(repo):
-    """A read-only command in a repository with no store yet creates none and writes nothing.
-
-    On PostgreSQL the read-only open still lets eventsourcing create its (empty) tables in the schema;
-    only "nothing written" is asserted there (a known difference, not yet closed)."""
-    assert lanes(repo, "status", SLUG).returncode == EXIT_REFUSED
+def test_store_checks_leave_a_fresh_store_alone_for_read_only_commands(repo, tmp_path):
+    """A read-only command in a repository with no store yet creates none and writes nothing: no SQLite file, and
+    in a fresh PostgreSQL schema no table, type or function. Each answers as for an empty store."""
+    missing = "batch-demo-00000000-0000-4000-8000-000000000000"
+    refused(lanes(repo, "status", SLUG), "has no batch yet")
     assert lanes(repo, "plan", SLUG).returncode == EXIT_OK
+    for args in (["status", "--batch", missing], ["verify", missing], ["replay", missing], ["export", missing],
+                 ["audit", missing, "--html", str(tmp_path / "page.html")]):
+        refused(lanes(repo, *args), "batch_not_found", missing)
+    for args, said in ((["batches"], "no batch in this store yet; `lanes-es authorize SLUG` starts one"), (["batches", "--json"], "[]"),
+                       (["rebuild", "--all", "--check"], "read model: 0 batch line(s), no drift"),
+                       (["flakes"], "no check passed only on a rerun")):
+        result = lanes(repo, *args)
+        assert result.returncode == EXIT_OK and result.stdout.strip() == said, (args, result.stdout, result.stderr)
     assert not store_of(repo).exists() and rows(repo) == []
-    if not store_url_of(repo).startswith("postgresql"):
-        assert not store_exists(store_url_of(repo))
+    assert not store_exists(store_url_of(repo))
+    authorized(repo)  # a command that writes makes the store: what the check above looks for is there
+    assert store_exists(store_url_of(repo))
+    assert lanes(repo, "status", SLUG).returncode == EXIT_OK
 
 
 def fingerprint(path: Path) -> str:

@@ -156,6 +156,56 @@ def test_a_store_the_user_cannot_write_serves_readers_and_refuses_writers(as_use
     assert digest(store_file.parent) == before
 
 
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_rebuild_all_check_on_a_store_the_user_cannot_write_folds_the_read_model_in_memory(as_user, repo, what):
+    """SQLite only, as above. The check catches the read model up in memory (its stored lines, then the events
+    after its position), so a read model that is only behind is clean and one edited by hand is drift."""
+    import sqlite3
+
+    batch_id = started(as_user, repo, None)
+    store_file = repo / ".git" / "lanes-es" / "events.sqlite"
+    assert as_user(repo, "batches").returncode == EXIT_OK  # the read model made and caught up
+    (repo / "stray.txt").write_text("not the batch's\n")
+    assert as_user(repo, "tick", SLUG).returncode == EXIT_REFUSED  # its TickRejected: the read model is behind
+    (repo / "stray.txt").unlink()
+    with sqlite3.connect(store_file) as connection:
+        newest = connection.execute("SELECT max(rowid) FROM stored_events").fetchone()[0]
+        folded = connection.execute("SELECT notification_id FROM tracking WHERE application_name = 'LanesES'")
+        assert folded.fetchone()[0] == newest - 1
+    connection.close()
+    (store_file if what == "file" else store_file.parent).chmod(0o444 if what == "file" else 0o555)
+    before = digest(store_file.parent)
+    clean = as_user(repo, "rebuild", "--all", "--check")
+    assert clean.returncode == EXIT_OK, (clean.stdout, clean.stderr)
+    assert f"{batch_id}: no drift" in clean.stdout and "read model: 1 batch line(s), no drift" in clean.stdout
+    assert digest(store_file.parent) == before
+
+    (store_file if what == "file" else store_file.parent).chmod(0o644 if what == "file" else 0o755)
+    with sqlite3.connect(store_file) as connection:  # a line edited behind the projection's back (as root)
+        connection.execute("UPDATE lanes_batch_summaries SET batch_state = 'completed'")
+    connection.close()
+    (store_file if what == "file" else store_file.parent).chmod(0o444 if what == "file" else 0o555)
+    before = digest(store_file.parent)
+    drift = as_user(repo, "rebuild", "--all", "--check")
+    assert drift.returncode == 1, (drift.stdout, drift.stderr)
+    assert f"read model: 1 line(s) differs from the log: {batch_id}" in drift.stdout
+    assert digest(store_file.parent) == before
+    refused(as_user(repo, "rebuild", "--all"), str(store_file), "is read-only")  # repairing writes
+
+
+def test_rebuild_all_check_on_a_read_only_store_without_a_read_model_is_clean(as_user, repo):
+    """No `batches` ever ran where the store was writable: there is no read model table; caught up it would be
+    the fold of the whole log, so nothing differs."""
+    batch_id = started(as_user, repo, None)
+    store_file = repo / ".git" / "lanes-es" / "events.sqlite"
+    store_file.parent.chmod(0o555)
+    before = digest(store_file.parent)
+    clean = as_user(repo, "rebuild", "--all", "--check")
+    assert clean.returncode == EXIT_OK, (clean.stdout, clean.stderr)
+    assert f"{batch_id}: no drift" in clean.stdout and "read model: 1 batch line(s), no drift" in clean.stdout
+    assert digest(store_file.parent) == before
+
+
 # ---------------------------------------------------------------- the checkout and the Lanes
 
 

@@ -1,0 +1,121 @@
+"""`lanes-es authorize` reads the plan, the repository and HEAD again after the user's answer (upstream's
+checks after its native gate, contracts §5 gate keys and §11.1): a yes is recorded only when none
+moved while the prompt was open. Each move is made while a real `lanes-es authorize` subprocess
+waits at its prompt on a pseudo-terminal this test answers; the refusal is upstream's key, exit 2,
+and nothing is written (no Initiative in the store, no branch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tests.engine import Task
+from tests.engine_more import make_engine
+from tests.gitfixtures import all_refs, git_out
+from tests.integration.world_moves import edit_initiative, move_branch
+
+PROJECT = Path(__file__).resolve().parents[2]
+PROMPT = b"Confirm this batch as the literal user? [y/N] "
+pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
+
+
+def authorize_moving(root: str, slug: str, move: Callable[[], object]) -> tuple[int, str, str]:
+    """`lanes-es authorize SLUG` on a terminal: `move` runs while it waits at its prompt, then the user says yes."""
+    master, slave = os.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "tools.cli", "--root", root, "authorize", slug],
+                               cwd=PROJECT, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    os.close(slave)
+    shown = b""
+    try:
+        while not shown.endswith(PROMPT):
+            if not select.select([process.stdout], [], [], 120)[0]:  # a guard against a hung child
+                process.kill()
+                raise AssertionError(f"no prompt within 120 s; it showed {shown[-400:]!r}")
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                raise AssertionError(f"exited before the prompt: {shown!r} {process.stderr.read()!r}")
+            shown += chunk
+        move()
+        os.write(master, b"y\n")
+        rest, err = process.communicate(timeout=120)
+    finally:
+        os.close(master)
+    return process.returncode, (shown + rest).decode(), err.decode()
+
+
+def engine_for(tmp_path: Path):
+    return make_engine(tmp_path, {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])})
+
+
+def refused_writing_nothing(engine, code: int, err: str, key: str, refs: str) -> None:
+    assert code == 2, err
+    (line,) = err.strip().splitlines()  # one line, no traceback
+    assert line.startswith(f"lanes-es: {key}: ") and "nothing was recorded" in line, line
+    assert f"lanes-es authorize {engine.slug}" in line
+    assert engine.service.initiative(engine.slug) is None  # not even an Initiative registered
+    assert all_refs(engine.root) == refs and "refs/heads/imm/" not in refs and not Path(engine.root, ".imm/state/batches").exists()
+
+
+def test_an_unmoved_world_is_confirmed_and_the_prompt_shows_the_checkout(tmp_path):
+    engine = engine_for(tmp_path)
+    code, out, err = authorize_moving(engine.root, engine.slug, lambda: None)
+    assert code == 0, err
+    facts = json.loads(out[:out.rindex("}") + 1])
+    assert facts["repository"] == engine.root  # the checkout the user confirms the batch for
+    assert out.rstrip().endswith(PROMPT.decode() + engine.service.initiative(engine.slug).current.batch_id)
+    assert engine.service.initiative(engine.slug).current.repository == engine.root
+
+
+def test_a_plan_changed_during_the_prompt_is_refused_as_plan_changed(tmp_path):
+    engine = engine_for(tmp_path)
+    code, _, err = authorize_moving(engine.root, engine.slug, lambda: edit_initiative(engine.root, engine.slug))
+    refused_writing_nothing(engine, code, err, "plan_changed", all_refs(engine.root))
+    assert "changed after the confirmation" in err
+
+
+def test_a_plan_that_became_unreadable_during_the_prompt_is_refused(tmp_path):
+    engine = engine_for(tmp_path)
+    refs = all_refs(engine.root)
+    initiative = Path(engine.root, f"docs/initiatives/{engine.slug}.md")
+    code, _, err = authorize_moving(engine.root, engine.slug, initiative.unlink)
+    refused_writing_nothing(engine, code, err, "plan_became_unreadable", refs)
+
+
+def test_a_head_moved_during_the_prompt_is_refused_as_head_moved(tmp_path):
+    engine = engine_for(tmp_path)
+    head = git_out(engine.root, "rev-parse", "HEAD")
+    code, _, err = authorize_moving(engine.root, engine.slug, lambda: move_branch(engine.root))
+    moved = git_out(engine.root, "rev-parse", "HEAD")
+    assert moved != head
+    refused_writing_nothing(engine, code, err, "head_moved", all_refs(engine.root))
+    assert f"from {head} to {moved}" in err
+
+
+def test_a_repository_that_became_unreadable_during_the_prompt_is_refused(tmp_path):
+    """The repository id is garbled while the prompt is open (edited outside lanes-es): the repository the
+    user confirmed in can no longer be read as it was."""
+    engine = engine_for(tmp_path)
+    refs = all_refs(engine.root)
+    id_file = Path(git_out(engine.root, "rev-parse", "--path-format=absolute", "--git-common-dir"),
+                   "lanes-es", "repository-id")
+    code, _, err = authorize_moving(engine.root, engine.slug, lambda: id_file.write_text("not an id\n"))
+    refused_writing_nothing(engine, code, err, "repository_became_unreadable", refs)
+
+
+def test_a_repository_id_replaced_during_the_prompt_is_another_repository(tmp_path):
+    """Another valid id while the prompt is open (the file deleted and made again): the Initiative would be
+    keyed by a repository the user did not confirm in: batch_repository_changed (lanes-es's own code)."""
+    engine = engine_for(tmp_path)
+    refs = all_refs(engine.root)
+    id_file = Path(git_out(engine.root, "rev-parse", "--path-format=absolute", "--git-common-dir"),
+                   "lanes-es", "repository-id")
+    code, _, err = authorize_moving(engine.root, engine.slug, lambda: id_file.write_text("f" * 32 + "\n"))
+    refused_writing_nothing(engine, code, err, "batch_repository_changed", refs)
