@@ -321,15 +321,10 @@ class LanesService:
     def _require_plan_unchanged(self, slug: str, recorded: LaneBatch) -> None:
         """A recorded batch runs the plan it was confirmed on; a changed plan is a new batch (upstream:
         "a changed plan is not repaired by confirmation alone")."""
-        from lanes_es.adapters.plan_observer import observe_plan
-
-        ports = self.adapters.tick_ports(self.root, slug)
-        own = [child["task_id"] for child in recorded.record["children"]]
-        try:
-            digest = observe_plan(self.root, slug, read_initiative=self.adapters.read_initiative,
-                                  batch_git=ports.batch_git, kernel=ports.kernel, own_tasks=own)["plan_digest"]
-        except (PortError, ValueError) as error:
-            digest = f"underivable ({error})"
+        own = tuple(child["task_id"] for child in recorded.record["children"])
+        digest, unreadable = self._plan_digest_now(slug, own)
+        if digest is None:
+            digest = f"underivable ({unreadable})"
         if digest != recorded.record["plan_digest"]:
             raise ServiceError("batch_plan_digest_changed",
                                f"the Initiative or its intents changed after batch {recorded.id} was confirmed (the plan "
@@ -452,12 +447,12 @@ class LanesService:
 
     def _plan_digest_now(self, slug: str, own_tasks: tuple[str, ...] | None) -> tuple[str | None, str]:
         """(the plan digest as the files give it now, why it cannot be derived)."""
-        if own_tasks is None:
+        if own_tasks is None:  # a new plan, as `lanes-es plan` derives it
             try:
                 return self.plan(slug)["plan_digest"], ""
             except ServiceError as error:
                 return None, str(error)
-        from lanes_es.adapters.plan_observer import observe_plan
+        from lanes_es.adapters.plan_observer import observe_plan  # a running batch's: its own tasks never count as settled
 
         ports = self.adapters.tick_ports(self.root, slug)
         try:

@@ -349,25 +349,37 @@ def test_json_gives_one_object_per_line_for_every_event_and_move(repo, tmp_path,
     assert any(item["kind"] == "note" and item["text"].startswith("Start the unattended") for item in items)
 
 
-def test_an_executor_that_survived_a_killed_run_is_waited_for_not_doubled(tmp_path):
-    """After a SIGKILL the Executors keep running; the restarted autopilot adopts them by pid."""
+def start_a_survivor(tmp_path: Path, revision: int, seconds: float) -> tuple[dict[str, Any], Any, Any]:
+    """An Executor working `seconds` in a Lane, started by an autopilot that a test then treats as killed."""
     from lanes_es.steward.executors import Executors
 
     lane = tmp_path / "lane"
     lane.mkdir()
-    handoff = {"task_id": "t", "lane_path": str(lane), "record_revision": 1, "next_obligation": "submit_assurance"}
-    first = Executors([sys.executable, "-c", "import time; time.sleep(1.5)"], str(tmp_path), tmp_path / "logs")
-    running = first.start(handoff, "{}")
+    handoff = {"task_id": "t", "lane_path": str(lane), "record_revision": revision, "next_obligation": "submit_assurance"}
+    first = Executors([sys.executable, "-c", f"import time; time.sleep({seconds})"], str(tmp_path), tmp_path / "logs")
+    return handoff, first, first.start(handoff, "{}")
+
+
+def reap_within(executors: Any, seconds: float) -> list[Any]:
+    deadline = time.monotonic() + seconds
+    done: list[Any] = []
+    while not done and time.monotonic() < deadline:
+        done = executors.reap()
+        time.sleep(0.02)
+    return done
+
+
+def test_an_executor_that_survived_a_killed_run_is_waited_for_not_doubled(tmp_path):
+    """After a SIGKILL the Executors keep running; the restarted autopilot adopts them by pid."""
+    from lanes_es.steward.executors import Executors
+
+    handoff, first, running = start_a_survivor(tmp_path, revision=1, seconds=1.5)
     restarted = Executors([sys.executable, "-c", "raise SystemExit(3)"], str(tmp_path), tmp_path / "logs")
     assert restarted.should_start(handoff) is False  # the survivor is adopted
     assert "t" in restarted.running and restarted.reap() == []
     running.process.wait()
     first.reap()  # the first autopilot is gone in real life; here it reaps its own child
-    deadline = time.monotonic() + 5
-    done = []
-    while not done and time.monotonic() < deadline:
-        done = restarted.reap()
-        time.sleep(0.05)
+    done = reap_within(restarted, 5)
     assert [finished.task_id for finished in done] == ["t"]
     assert not (tmp_path / "logs" / "t.pid").exists()
     fresh = Executors([sys.executable, "-c", "pass"], str(tmp_path), tmp_path / "logs")
@@ -379,18 +391,11 @@ def test_a_survivor_that_exits_before_the_next_report_is_not_started_again_on_a_
     it already read is acted on, that stale report (same record revision) starts no second Executor."""
     from lanes_es.steward.executors import Executors
 
-    lane = tmp_path / "lane"
-    lane.mkdir()
-    handoff = {"task_id": "t", "lane_path": str(lane), "record_revision": 4, "next_obligation": "submit_assurance"}
-    first = Executors([sys.executable, "-c", "import time; time.sleep(0.5)"], str(tmp_path), tmp_path / "logs")
-    running = first.start(handoff, "{}")
+    handoff, _, running = start_a_survivor(tmp_path, revision=4, seconds=0.5)
     restarted = Executors([sys.executable, "-c", "pass"], str(tmp_path), tmp_path / "logs")
     running.process.wait()  # the survivor finished its work before the restarted autopilot looked at the report
     assert restarted.should_start(handoff) is False  # still counted as running until reaped
-    deadline = time.monotonic() + 5
-    done = []
-    while not done and time.monotonic() < deadline:
-        done = restarted.reap()
+    done = reap_within(restarted, 5)
     assert [(finished.task_id, finished.record_revision) for finished in done] == [("t", 4)]
     assert restarted.should_start(handoff) is False  # the report it read was from before the survivor's submit
     assert restarted.should_start({**handoff, "record_revision": 5}) is True  # the task moved: next obligation
