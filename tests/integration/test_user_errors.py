@@ -249,6 +249,18 @@ def test_postgresql_refused_unreachable_unauthenticated_and_missing_extra(plain_
                   prelude=hidden), "PostgreSQL extra", "pip install 'lanes-es[postgres]'")
 
 
+def test_the_embedded_default_runs_every_store_command_without_the_postgresql_extra(plain_repo):
+    """psycopg comes only with the `postgres` extra: nothing on the SQLite path may import it (the read
+    model's PostgreSQL view once did, and `batches` and `rebuild --all` ended in an internal error)."""
+    batch_id = started(plain_repo)
+    hidden = "import sys; sys.modules['psycopg'] = None"
+    for args in (["batches"], ["rebuild", "--all", "--check"], ["rebuild", "--all"], ["status", SLUG],
+                 ["verify", batch_id], ["replay", batch_id]):
+        result = lanes(plain_repo, *args, prelude=hidden)
+        assert result.returncode == EXIT_OK, (args, result.stdout[-2000:], result.stderr)
+        assert "internal error" not in result.stdout + result.stderr
+
+
 DAMAGE = {
     "bad_json": "UPDATE {events} SET state = ? WHERE originator_id = ? AND originator_version = 2",
     "bad_topic": "UPDATE {events} SET topic = 'nope:X' WHERE originator_id = ? AND originator_version = 2",
