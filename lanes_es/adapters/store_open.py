@@ -43,6 +43,8 @@ def sqlite_database(path: str, read_only: bool) -> str:
         return ":memory:"  # nothing recorded yet; a read-only command creates no store
     if not read_only:
         _require_writable(store)
+        if not store.exists():
+            _make_store_file(store)
     return path
 
 
@@ -125,6 +127,33 @@ def _require_writable(store: Path) -> None:
         store.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise store_failure(str(store), f"cannot be made: {error.strerror} for {error.filename}") from None
+
+
+def _make_store_file(store: Path) -> None:
+    """A new store appears whole: made under a temporary name with its SQLite header (WAL mode) and linked
+    into place. The driver would make an empty file first and write its header later, so a second command
+    started at the same moment saw 0 bytes and refused them as not a store; a link that finds the store made
+    by another command leaves that one standing."""
+    import sqlite3
+    import uuid
+
+    temporary = store.with_name(f".{store.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    try:
+        connection = sqlite3.connect(temporary)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+        finally:
+            connection.close()
+        try:
+            os.link(temporary, store)
+        except FileExistsError:
+            pass
+    except (OSError, sqlite3.Error) as error:
+        raise store_failure(str(store), f"cannot be made: {error}") from None
+    finally:
+        for leftover in (temporary, Path(f"{temporary}-wal"), Path(f"{temporary}-shm")):
+            leftover.unlink(missing_ok=True)
+    _HEADERS_READ.add(str(store))
 
 
 def _read_only_uri(store: Path) -> str:

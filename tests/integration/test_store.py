@@ -191,3 +191,21 @@ def test_eight_coordinators_opening_the_store_at_once_all_open_it(store):
     for opener in openers:
         opener.join(30)
     assert outcomes == ["opened"] * 8
+
+
+def test_eight_coordinators_making_a_new_sqlite_store_at_once_all_open_it(tmp_path):
+    """The first command on a repository makes its SQLite store; several started together must each find
+    either no file or a whole store, never the empty file the driver makes before its header (which is
+    refused as not a store). On PostgreSQL the same start is the test above."""
+    context = multiprocessing.get_context("spawn")
+    for attempt in range(3):
+        url = str(tmp_path / f"new-{attempt}.sqlite")
+        start, results = context.Barrier(8), context.Queue()
+        openers = [context.Process(target=_open_at_once, args=(url, start, results)) for _ in range(8)]
+        for opener in openers:
+            opener.start()
+        outcomes = [results.get(timeout=600) for _ in openers]
+        for opener in openers:
+            opener.join(30)
+        assert outcomes == ["opened"] * 8, url
+        assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []
