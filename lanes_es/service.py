@@ -524,15 +524,23 @@ class LanesService:
         written; its audit event goes to the store only (lanes_es/tick/guards.py)."""
         from lanes_es.tick.guards import repository_refusal
 
-        common_dir = getattr(self.adapters, "common_dir", None)
-        own_store = common_dir is not None and getattr(self.store, "url", None) == default_store_url(common_dir)
         tick = self._tick_input(slug, authorization, None, None, None, None, None)
-        report = repository_refusal(tick, batch, shared_store=not own_store)
+        report = repository_refusal(tick, batch, self._repository_opened(), shared_store=self._store_is_shared())
         if report is None:
             return None
         if batch is not None:
             self.store.save(batch)
         return TickResult(report, authorization.batch_id, written=False)
+
+    def _repository_opened(self) -> RepositoryIdentity:
+        """The checkout this service runs in and the repository id the store was opened with."""
+        return RepositoryIdentity(repository_id=getattr(self.store, "repository_id", None), checkout=self.root)
+
+    def _store_is_shared(self) -> bool:
+        """Whether the log is not this checkout's own embedded store (only a shared one can be read from
+        another checkout)."""
+        common_dir = getattr(self.adapters, "common_dir", None)
+        return not (common_dir is not None and getattr(self.store, "url", None) == default_store_url(common_dir))
 
     def _tick_input(self, slug: str, authorization: ev.BatchAuthorized, max_parallel: int | None,
                     offers: list[LaneOfferInput] | None, instruction: InstructionInput | None,
@@ -682,9 +690,22 @@ class LanesService:
             raise ServiceError("stale_batch_absent", f"Initiative {slug} has no active batch to retire; "
                                                      f"`lanes-es authorize {slug}` starts a new one")
         batch = self.store.batch(current.batch_id)
+        self._refuse_retiring_elsewhere(slug, current)
         self._require_retirable(batch)
         self.require_writable_state(f"retire {slug}")
         return RetireTarget(slug=slug, batch_id=current.batch_id, record_bytes=_record_bytes(batch))
+
+    def _refuse_retiring_elsewhere(self, slug: str, authorization: ev.BatchAuthorized) -> None:
+        """Retiring writes the superseded record and its checkpoint into this checkout: from a checkout the
+        batch was not confirmed in (a shared store read from a copy), it is refused as a tick is."""
+        from lanes_es.domain.drift import decide_repository
+
+        drift = decide_repository(RepositoryIdentity.of_authorization(authorization), self._repository_opened(),
+                                  self._store_is_shared())
+        if drift is not None:
+            recorded = authorization.repository
+            raise ServiceError(drift.code, f"{drift.detail}; nothing was retired. Run `lanes-es retire {slug}` in "
+                                           f"{recorded}, where the batch's record and Lanes are")
 
     @staticmethod
     def _require_retirable(batch: LaneBatch | None) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lanes_es.domain.record import expected_batch_head
+from lanes_es.domain.repository import RepositoryIdentity
 
 PLAN_DIGEST_CHANGED = "batch_plan_digest_changed"
 BRANCH_CHANGED = "batch_branch_changed"
@@ -89,13 +90,25 @@ def decide_drift(covered: Covered, observed: Observed) -> Drift | None:
     return None
 
 
-def decide_repository(recorded: str | None, checkout: str, shared_store: bool) -> Drift | None:
-    """The tick runs in `checkout` (its resolved top level), on a store `shared_store` or the checkout's
-    own; None when that is where the confirmation was given (or the log lives in the checkout itself)."""
-    if not shared_store or recorded is None or recorded == checkout:
+def decide_repository(recorded: RepositoryIdentity | None, here: RepositoryIdentity,
+                      shared_store: bool) -> Drift | None:
+    """`here` is where the command runs (the checkout's resolved top level and its repository id), on a
+    store `shared_store` or the checkout's own; None when that is where the confirmation was given (or
+    the log lives in the checkout itself). Another checkout differs; so does another clone at the
+    same path (its repository id is not the recorded one), when both ids are known."""
+    if not shared_store or recorded is None or _same_repository(recorded, here):
         return None
-    return Drift(REPOSITORY_CHANGED, f"this checkout {checkout} is not the repository the batch was confirmed in "
-                                     f"({recorded})")
+    if recorded.checkout != here.checkout:
+        return Drift(REPOSITORY_CHANGED, f"this checkout {here.checkout} is not the repository the batch was "
+                                         f"confirmed in ({recorded.checkout})")
+    return Drift(REPOSITORY_CHANGED, f"this checkout {here.describe()} is another clone than the one the batch was "
+                                     f"confirmed in ({recorded.describe()})")
+
+
+def _same_repository(recorded: RepositoryIdentity, here: RepositoryIdentity) -> bool:
+    if recorded.checkout != here.checkout:
+        return False
+    return recorded.repository_id is None or here.repository_id is None or recorded.repository_id == here.repository_id
 
 
 def repository_next_action(slug: str, recorded: str) -> str:

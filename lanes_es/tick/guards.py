@@ -30,20 +30,22 @@ from lanes_es.domain.drift import (
 )
 from lanes_es.domain.working_tree import Unprovable, WorkingTreeRefusal, decide_working_tree, unreadable_file_refusal
 from lanes_es.domain.record import IN_FLIGHT
+from lanes_es.domain.repository import RepositoryIdentity
 from lanes_es.ports import CoordinatorView, PortError
 from lanes_es.tick.context import TickOutcome, refusal_report
 from lanes_es.tick_input import TickInput
 
 
-def repository_refusal(tick: TickInput, batch: Any, shared_store: bool) -> dict[str, Any] | None:
-    """The refusal report when `tick` runs in another checkout than its confirmation's, else None.
-    `shared_store`: the log is not the checkout's own embedded store (only then can another read it).
+def repository_refusal(tick: TickInput, batch: Any, here: RepositoryIdentity, shared_store: bool) -> dict[str, Any] | None:
+    """The refusal report when `tick` runs in another repository than its confirmation's (`here`: the
+    checkout and repository id it runs in), else None. `shared_store`: the log is not the checkout's own
+    embedded store (only then can another read it).
 
     The refusal is recorded on `batch` (when it exists) as its audit event, for the caller to
     save in the store only: materializing the projections or signing a checkpoint would write
     into the wrong checkout.
     """
-    drift = decide_repository(tick.authorization.repository, tick.root, shared_store)
+    drift = decide_repository(RepositoryIdentity.of_authorization(tick.authorization), here, shared_store)
     if drift is None:
         return None
     detail = f"{drift.detail}; {repository_next_action(tick.initiative_slug, tick.authorization.repository or '')}"

@@ -305,6 +305,28 @@ def test_a_tick_in_another_checkout_of_the_shared_store_is_refused_and_writes_on
     assert code == 0 and engine.states()[0] == "integrated" and report["commits"]
 
 
+def test_retire_from_another_checkout_of_the_shared_store_is_refused_and_retires_nothing(tmp_path):
+    """Retiring writes the superseded record and its checkpoint into the checkout it runs in: from a copy
+    sharing the store it is refused as a tick is (batch_repository_changed), the batch stays active for
+    its own checkout, neither checkout changes, and in its own checkout it retires."""
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
+    assert cli("--root", engine.root, "authorize", engine.slug, "--yes")[0] == 0
+    clone = str(tmp_path / "clone")
+    shutil.copytree(engine.root, clone, symlinks=True)
+    clone = os.path.realpath(clone)
+    coordinator, elsewhere = untouched(engine.root), untouched(clone)
+    code, out, err = cli("--root", clone, "retire", engine.slug, "--yes")
+    assert code == 2, out + err
+    assert f"batch_repository_changed: this checkout {clone} is not the repository the batch was confirmed in " \
+           f"({engine.root})" in err and "nothing was retired" in err and f"in {engine.root}" in err
+    assert len(err.strip().splitlines()) == 1
+    assert untouched(clone) == elsewhere and untouched(engine.root) == coordinator
+    assert engine.service.initiative(engine.slug).current is not None
+    code, out, err = cli("--root", engine.root, "retire", engine.slug, "--yes")
+    assert code == 0, out + err
+    assert engine.service.initiative(engine.slug).current is None
+
+
 def test_a_renamed_checkout_is_another_repository_until_it_is_put_back(tmp_path):
     """The repository is the checkout's real path: renamed, it is refused (nothing written there);
     put back, the batch goes on."""
