@@ -17,6 +17,7 @@ from typing import Any
 
 from lanes_es.adapters.git import git, git_ok
 from lanes_es.domain import events as ev
+from lanes_es.ports import PortError
 from lanes_es.domain.working_tree import ProvablePath, Unprovable, leak_kind
 
 
@@ -103,15 +104,18 @@ class GitLeakRestorer:
         manifest = {"at": now, "backup": backup, "paths": [p.plain() for p in paths],
                     "undo": "copy each file under files/ back to the same repository path"}
         (Path(root) / backup / "restore.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        # The modified files first, in one git call: when git cannot restore them (another git process
+        # holds the index lock), nothing in the checkout has changed yet, and the backup holds every byte.
+        if modified:
+            result = git_ok(root, "--literal-pathspecs", "restore", "--source=HEAD", "--worktree", "--", *modified)
+            if result.exit_code != 0:
+                raise PortError(f"failed to restore {', '.join(modified)} from HEAD; its bytes are backed up under "
+                                f"{backup} (git: {result.error_text.splitlines()[0] if result.error_text else 'failed'})")
         for item in planned:
             if item.kind == "untracked":
                 target = files / item.path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(Path(root) / item.path, target)
-            else:
-                result = git_ok(root, "restore", "--source=HEAD", "--worktree", "--", item.path)
-                if result.exit_code != 0:
-                    raise RuntimeError(f"failed to restore {item.path} from HEAD; its bytes are backed up under {backup}")
         return backup, paths
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lanes_es.domain.authority import AuthorizationError
 from lanes_es.domain.record import expected_batch_head
-from lanes_es.ports import Lineage
+from lanes_es.ports import Lineage, PortError
 from lanes_es.tick.context import TickContext, TickFinished
 from lanes_es.tick.guards import stop_if_head_moved
 
@@ -22,12 +22,20 @@ def replace_grant(ctx: TickContext, new_batch: bool) -> None:
     ctx.persist()  # durable at once: a withdrawn grant must never survive to a later tick
 
 
+LEAK_RESTORE_FAILED = "leak_restore_failed"  # lanes-es's own: upstream throws the message
+
+
 def restore_leaks(ctx: TickContext) -> None:
     """Step 7: Lane writes leaked into the coordinator checkout, restored only when every path is provably a Lane's."""
     view = ctx.view = ctx.view or ctx.ports.lane_git.coordinator_view(ctx.tick.root)
     if ctx.ports.leaks is None or not view.entries:
         return
-    restored = ctx.ports.leaks.restore(ctx.tick.root, ctx.record, view.entries, ctx.now)
+    try:
+        restored = ctx.ports.leaks.restore(ctx.tick.root, ctx.record, view.entries, ctx.now)
+    except PortError as failure:  # nothing was changed in the checkout; the refusal is the tick's audit event
+        raise TickFinished(ctx.refuse(LEAK_RESTORE_FAILED, f"{failure}; run `lanes-es tick "
+                                                           f"{ctx.tick.initiative_slug}` again once git can write "
+                                                           f"the checkout").report) from None
     if restored is not None:
         backup, paths = restored
         ctx.live.restore_leaks(ctx.now, backup, paths)

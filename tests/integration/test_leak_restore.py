@@ -110,3 +110,30 @@ def test_nothing_is_touched_when_any_path_is_not_provably_a_lanes(tmp_path, dirt
     assert "restores" not in engine.batch.record and "restores" not in report
     assert not Path(engine.root, ".imm/state/batches/restores").exists()
     assert state_bytes(engine) == before
+
+
+def test_a_restore_git_cannot_do_changes_nothing_names_the_backup_and_goes_on_next_tick(tmp_path):
+    """upstream's "failed to restore <path> from HEAD; its bytes are backed up under <backup>": here
+    another git process holds the index lock. The tick is refused with that text (its only event a
+    TickRejected), the checkout keeps every leaked byte, the backup holds them too, and once the
+    lock is gone the next tick restores them."""
+    engine = leaking_lane(tmp_path)
+    lock = Path(engine.root, ".git/index.lock")
+    lock.touch()
+    events = len(list(engine.service.store.events(engine.batch.id)))
+    report = engine.tick()
+    assert report["batch_state"] == "rejected"
+    reason = report["reason"]
+    assert reason.startswith("leak_restore_failed: failed to restore base.txt from HEAD; its bytes are backed up "
+                             f"under .imm/state/batches/restores/{engine.batch.id}/"), reason
+    assert "index.lock" in reason and f"lanes-es tick {engine.slug}" in reason
+    assert {path: Path(engine.root, path).read_text() for path in LEAKS} == LEAKS
+    backup = Path(engine.root, reason.split("backed up under ", 1)[1].split(" ", 1)[0])
+    assert (backup / "files/base.txt").read_text() == LEAKS["base.txt"]
+    logged = [type(event).__name__ for event in engine.service.store.events(engine.batch.id)][events:]
+    assert logged == ["TickRejected"] and not engine.batch.record.get("restores")
+    lock.unlink()
+    engine.tick()
+    [restore] = engine.batch.record["restores"]
+    assert sorted(p["path"] for p in restore["paths"]) == ["a.txt", "base.txt"]
+    assert Path(engine.root, "base.txt").read_text() == "base\n" and not Path(engine.root, "a.txt").exists()
