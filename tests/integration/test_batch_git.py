@@ -510,3 +510,41 @@ def test_a_lane_commit_whose_change_drifted_from_the_reviewed_delivery_is_refuse
     assert open(os.path.join(lane, "one.txt")).read() == "changed after the review\n"
     assert git_out(lane, "diff", "--cached", "--name-only") == ""  # what the commit staged is unstaged
     assert engine.batch.record["commits"] == []
+
+
+def test_a_commit_that_lands_on_another_parent_breaks_the_lineage(lane_repo, git_batch, monkeypatch):
+    """contracts §6.4: "commit parent P does not match expected_head E". Something moved the Lane's
+    HEAD between the checks and `git commit` (here: a commit made the moment the commit intent was
+    written); the lane commit is not recorded as this batch's (no evidence file)."""
+    import lanes_es.adapters.batch_git as batch_git
+
+    _, lane, base = lane_repo
+    _settle(lane)
+    moved: list[str] = []
+    write_state_document = batch_git._write_state_document
+
+    def and_someone_commits(*args, **kwargs):
+        write_state_document(*args, **kwargs)
+        tree = git_out(lane, "rev-parse", f"{base}^{{tree}}")
+        moved.append(git_out(lane, "commit-tree", tree, "-p", base, "-m", "someone else"))
+        run_git(lane, "update-ref", "HEAD", moved[0])
+
+    monkeypatch.setattr(batch_git, "_write_state_document", and_someone_commits)
+    with pytest.raises(PortError) as raised:
+        git_batch.commit_child(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())
+    assert str(raised.value) == (f"batch_head_lineage_broken: commit parent {moved[0]} does not match expected_head "
+                                 f"{base}")
+    assert not os.path.exists(os.path.join(lane, f".imm/state/batches/commits/{BATCH}-task-a.json"))
+
+
+def test_the_lookup_refuses_a_batch_commit_on_another_parent(lane_repo, git_batch):
+    """contracts §6.5: the runner's own lane commit, looked up for a batch head it was not made on."""
+    _, lane, base = lane_repo
+    _settle(lane)
+    commit = git_batch.commit_child(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())
+    elsewhere = git_out(lane, "commit-tree", git_out(lane, "rev-parse", f"{base}^{{tree}}"), "-p", base, "-m", "x")
+    with pytest.raises(PortError) as raised:
+        git_batch.lookup_batch_commit(lane, "task-a", BATCH, elsewhere, LANE_BRANCH, _evidence())
+    assert str(raised.value) == (f"batch_head_lineage_broken: commit parent {base} does not match expected_head "
+                                 f"{elsewhere}")
+    assert head(lane) == commit

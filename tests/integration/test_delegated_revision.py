@@ -205,6 +205,22 @@ def test_a_lane_without_an_active_run_refuses_in_the_kernel_and_keeps_its_sideca
     assert report["children"][0]["reason"] == "batch_lane_lost"  # observed after the decision, as upstream
 
 
+def test_a_lane_without_a_task_record_refuses_before_the_kernel_and_keeps_its_sidecar(tmp_path):
+    """contracts §9.6: the revision is judged against the Lane's TaskRecord's intent_snapshot; without a
+    record there is nothing to judge it by: "the Lane has no TaskRecord for <task>"."""
+    from tests.engine_more import record_path
+
+    engine = delegated_pair(tmp_path)
+    record_path(engine, "task-a").unlink()
+    sidecar = lane_sidecar(engine)
+    report = engine.tick(revision=revision(engine))
+    assert report["lane_revision"] == {"task_id": "task-a", "accepted": False,
+                                       "reason": "batch_delegation_refused: the Lane has no TaskRecord for task-a",
+                                       "fallback": FALLBACK}
+    assert lane_sidecar(engine) == sidecar and staged(engine) == ""
+    assert not engine.batch.record.get("delegated_revisions")
+
+
 def test_a_failed_record_write_puts_the_prior_sidecar_back(tmp_path, monkeypatch):
     from lanes_es.adapters import kernel as kernel_module
 

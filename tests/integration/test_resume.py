@@ -288,3 +288,38 @@ def test_a_child_parked_at_integration_resumes_with_its_lane_commit_and_no_secon
     assert git_out(engine.lane("task-a"), "rev-list", "--count", f"{engine.batch.record['base_head']}..HEAD") == "1"
     assert git_out(engine.root, "show", f"imm/{engine.slug}:base.txt") == "lane edit"
     assert engine.subjects(engine.batch.record["base_head"])[0] == "imm(task-a): Deliver task-a"
+
+
+class _CrashAfterEnrolling(BaseException):
+    """The process dies right after the kernel enrolled the task (nothing catches it, as nothing catches a kill)."""
+
+
+def test_a_crash_between_the_kernels_enrollment_and_its_event_adopts_the_claim(tmp_path, monkeypatch):
+    """contracts §3.2 step 1, `lane_admitted` with the claim held: the next tick records `enrolled` with
+    "adopted existing lane claim after interruption" and enrolls nothing again (the kernel keeps one run)."""
+    from tools.compose import build_service
+
+    engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
+    engine.authorize()
+    report = engine.tick()
+    lane = engine.provision("task-a", report)
+    enroll_task = ReferenceKernel.enroll_task
+
+    def enroll_then_crash(self, *args, **kwargs):
+        enroll_task(self, *args, **kwargs)
+        raise _CrashAfterEnrolling()
+
+    monkeypatch.setattr(ReferenceKernel, "enroll_task", enroll_then_crash)
+    with pytest.raises(_CrashAfterEnrolling):
+        engine.tick(offers={"task-a": lane})
+    monkeypatch.setattr(ReferenceKernel, "enroll_task", enroll_task)
+    engine.service = build_service(engine.root, clock=engine.service.now)  # a new process
+    assert engine.states() == ["lane_admitted"]
+    claimed = kernel(engine).project_task(lane, "task-a")
+    assert claimed.claim_task_id == "task-a" and claimed.run_id
+    monkeypatch.setattr(ReferenceKernel, "enroll_task", lambda *a, **k: pytest.fail("enrolled a second time"))
+    engine.tick()
+    assert engine.states() == ["enrolled"]
+    [enrolled] = [e for e in engine.service.store.events(engine.batch.id) if isinstance(e, ev.Enrolled)]
+    assert enrolled.reason == "adopted existing lane claim after interruption"
+    assert engine.batch.record["children"][0]["lane"]["run_id"] == claimed.run_id
