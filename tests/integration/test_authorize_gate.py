@@ -19,7 +19,7 @@ import pytest
 
 from tests.engine import Task
 from tests.engine_more import make_engine
-from tests.gitfixtures import all_refs, git_out
+from tests.gitfixtures import all_refs, git_out, run_git
 from tests.integration.world_moves import edit_initiative, move_branch
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -119,3 +119,50 @@ def test_a_repository_id_replaced_during_the_prompt_is_another_repository(tmp_pa
                    "lanes-es", "repository-id")
     code, _, err = authorize_moving(engine.root, engine.slug, lambda: id_file.write_text("f" * 32 + "\n"))
     refused_writing_nothing(engine, code, err, "batch_repository_changed", refs)
+
+
+def _running(engine) -> None:
+    engine.authorize()
+    engine.tick()
+
+
+def _parked(engine) -> None:
+    from tests.engine_more import correction_rounds_then_park, enroll
+
+    engine.authorize(qa_failure_limit=1)
+    enroll(engine, "s1")
+    correction_rounds_then_park(engine, "s1")  # s1's QA fails (one.txt never appears); s2 waits on it
+    assert engine.batch.batch_state == "needs_human"
+
+
+def _unblock_s2(engine) -> None:
+    """The user re-plans: s2 no longer waits on s1 (committed on the batch branch, as a user would)."""
+    path = Path(engine.root, f"docs/initiatives/{engine.slug}.md")
+    path.write_text(path.read_text().replace("Blocked by: s1\n\n", ""))
+    run_git(engine.root, "commit", "-q", "-am", "s2 no longer waits on s1")
+
+
+@pytest.mark.parametrize("recorded, move, key", [
+    (_running, "plan", "plan_changed"), (_parked, "plan", "plan_changed"),
+    (_running, "head", "head_moved"), (_parked, "head", "head_moved")],
+    ids=["running-plan", "parked-plan", "running-head", "parked-head"])
+def test_re_confirming_a_recorded_batch_checks_again_after_the_answer(tmp_path, recorded, move, key):
+    """A fresh confirmation of a running or parked batch (the resume path) is read again after the user's
+    answer like a first one: a plan edited or a HEAD moved while the prompt was open is refused with the
+    same key, and nothing is recorded: no new authorization, no event on the batch, its record as it was."""
+    from tests.engine_more import needs_file
+
+    engine = make_engine(tmp_path, {"s1": Task(["one.txt"], verification=needs_file("one.txt")),
+                                    "s2": Task(["two.txt"], blocked_by=["s1"])})
+    recorded(engine)
+    authorizations = len(engine.service.initiative(engine.slug).authorizations)
+    events = len(list(engine.service.store.events(engine.batch.id)))
+    state = Path(engine.root, f".imm/state/batches/{engine.batch.id}.json").read_bytes()
+    moving = (lambda: _unblock_s2(engine)) if move == "plan" else (lambda: move_branch(engine.root))
+    code, _, err = authorize_moving(engine.root, engine.slug, moving)
+    assert code == 2, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"lanes-es: {key}: ") and f"lanes-es authorize {engine.slug}" in line, line
+    assert len(engine.service.initiative(engine.slug).authorizations) == authorizations
+    assert len(list(engine.service.store.events(engine.batch.id))) == events
+    assert Path(engine.root, f".imm/state/batches/{engine.batch.id}.json").read_bytes() == state
