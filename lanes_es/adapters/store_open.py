@@ -195,6 +195,7 @@ def postgres_cause(message: str, env: dict[str, Any], writes: bool = False, new_
 # A role may log in and still lack the grants a command needs (SQLSTATE 42501, insufficient_privilege):
 # PostgreSQL says "permission denied for table/schema X" or "must be owner of table X".
 INSUFFICIENT_PRIVILEGE = "42501"
+INVALID_SCHEMA_NAME = "3F000"
 _OPENED_POSTGRES: list[tuple[str, dict[str, str], bool]] = []  # (url, env, writes) of the store this process opened
 
 
@@ -232,11 +233,20 @@ def privilege_refusal(error: BaseException) -> Exception | None:
 
 def refused_privilege(error: BaseException) -> BaseException | None:
     """The driver's insufficient_privilege error in `error`'s chain (eventsourcing wraps psycopg's), or None."""
+    return _driver_error(error, INSUFFICIENT_PRIVILEGE)
+
+
+def missing_schema(error: BaseException) -> bool:
+    """Whether the server said the URL's schema does not exist (a writer's open: a reader sees an empty store)."""
+    return _driver_error(error, INVALID_SCHEMA_NAME) is not None
+
+
+def _driver_error(error: BaseException, sqlstate: str) -> BaseException | None:
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
-        if getattr(cause, "sqlstate", None) == INSUFFICIENT_PRIVILEGE:
+        if getattr(cause, "sqlstate", None) == sqlstate:
             return cause
         cause = cause.__cause__ or cause.__context__
     return None

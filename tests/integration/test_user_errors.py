@@ -318,6 +318,9 @@ def test_a_postgresql_role_without_grants_is_told_what_to_grant_and_writes_nothi
                 f"a command that makes the store needs GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}")
         assert not store_exists(fresh_url)
         assert lanes(plain_repo, "status", SLUG, env=mine).returncode == EXIT_REFUSED  # "has no batch", as empty
+    missing = {"LANES_ES_STORE": f"{fresh_url.replace('postgres@', f'{role}@')}_gone"}  # a schema of no one
+    refused(lanes(plain_repo, "authorize", SLUG, "--yes", env=missing), f"names schema {schema}_gone, which database "
+            f"test does not have", f"CREATE SCHEMA {schema}_gone AUTHORIZATION {role}", "fix ?schema= in the URL")
 
 
 def test_the_embedded_default_runs_every_store_command_without_the_postgresql_extra(plain_repo):
