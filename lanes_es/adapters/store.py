@@ -289,6 +289,11 @@ class EventStore:
             full = full_disk(url, error)
             raise StoreError(f"cannot open the event store {shown_url(url)}: {full or error}") from error
 
+    @property
+    def shown_url(self) -> str:
+        """The store's URL as a message shows it (a PostgreSQL password hidden)."""
+        return shown_url(self.url)
+
     @contextmanager
     def _setup_lock(self) -> Iterator[None]:
         """eventsourcing (re)creates its tables, types and insert function whenever a store opens; on

@@ -305,6 +305,9 @@ def test_a_postgresql_role_without_grants_is_told_what_to_grant_and_writes_nothi
         for args in (*reads, ["batches"]):  # reads now work; the read model is folded in memory, not made
             result = lanes(plain_repo, *args, env=mine)
             assert result.returncode == EXIT_OK, (args, result.stderr)
+        missing = "batch-demo-00000000-0000-4000-8000-000000000000"
+        for args in (["status", "--batch", missing], ["rebuild", missing, "--check"]):
+            assert "s3cret" not in refused(lanes(plain_repo, *args, env=mine), "batch_not_found")
         refused_all(writes, f"permission denied for schema {schema}", f"GRANT USAGE, CREATE ON SCHEMA {schema}",
                     "own the store's tables")
         postgres_statement(f"GRANT CREATE ON SCHEMA {schema} TO {role}")
