@@ -197,7 +197,7 @@ class LanesService:
             raise ServiceError("invalid_batch_id", f"{batch_id!r} is not a batch id")
         batch = self.store.batch(batch_id)
         if batch is None:
-            raise ServiceError("batch_not_found", f"no batch {batch_id} in the store {self.store.url}; "
+            raise ServiceError("batch_not_found", f"no batch {batch_id} in the store {self.store.shown_url}; "
                                                   f"`lanes-es status` lists the Initiative's batches")
         return batch
 
@@ -758,7 +758,7 @@ class LanesService:
                 raise ServiceError("invalid_batch_id", f"{batch_id!r} is not a batch id")
             documents = fold_documents(stream_events(self.store, batch_id))
             if documents is None:
-                raise ServiceError("batch_not_found", f"no batch {batch_id} in the store {self.store.url}; "
+                raise ServiceError("batch_not_found", f"no batch {batch_id} in the store {self.store.shown_url}; "
                                                       f"`lanes-es status` lists the Initiative's batches")
             if check:
                 found[batch_id] = [item.describe() for item in drift(self.root, documents)]

@@ -40,12 +40,14 @@ def fold_documents(events: Iterable[Any]) -> BatchDocuments | None:
     """The record and the report after `events`, each event applied once, in order."""
     record: dict[str, Any] | None = None
     report: dict[str, Any] | None = None
+    # A rebuild folds every event of a long log here: the names are bound once, outside the loop.
+    prepared, apply, after = ev.BatchPrepared, apply_event, report_after
     for event in events:
-        if type(event) is ev.BatchPrepared:  # no event class derives from another; a type test is the cheap one
+        if type(event) is prepared:  # no event class derives from another; a type test is the cheap one
             record = prepared_record(event)
         elif record is not None:
-            apply_event(record, event)
-            report = report_after(report, record, event)
+            apply(record, event)
+            report = after(report, record, event)
     if record is None:
         return None
     return BatchDocuments(batch_id=record["batch_id"], record=record, report=report)

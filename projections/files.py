@@ -7,11 +7,10 @@ fields so that upstream's readers and its completion verifier can read them.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from lanes_es.adapters.files import write_atomic
+from lanes_es.adapters.files import unwritable_directory, write_atomic
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.errors import naming
 
@@ -71,7 +70,5 @@ def unwritable_state_dir(root: str | Path) -> Path | None:
 
     The nearest existing part of the path must be a directory this user can write and enter: the
     files are replaced by a rename in it, so their own mode does not matter."""
-    directory = Path(root) / BATCHES_DIR
-    while not directory.exists() and directory != directory.parent:
-        directory = directory.parent
-    return None if directory.is_dir() and os.access(directory, os.W_OK | os.X_OK) else directory
+    blocked = unwritable_directory(Path(root) / BATCHES_DIR)
+    return None if blocked is None else Path(blocked)

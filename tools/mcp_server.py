@@ -31,11 +31,13 @@ from typing import Any
 
 import msgspec
 
-from lanes_es.adapters.store import StoreConflict
+from lanes_es.adapters.store import StoreConflict, StoreError
+from lanes_es.adapters.store_open import privilege_refusal
 from lanes_es.domain.inputs import (
     InvalidInput, parse_final_verification, parse_lane_instruction, parse_lane_offers, parse_lane_revision,
     parse_max_parallel, resolve_lane_parallel,
 )
+from lanes_es.errors import Refusal
 from lanes_es.service import BatchBusy, Confirmation, LanesService, RetireTarget, ServiceError
 from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
 from projections.timeline import timeline
@@ -51,6 +53,7 @@ BLOCKED = frozenset({"stale_batch_in_flight", "claim_already_active", "batch_sta
                      "claim_appeared_during_confirmation", "store_busy", "batch_busy"})
 CANCELLED = frozenset({"confirmation_cancelled", "cancelled_before_execution"})
 CORRECT_ARGUMENTS = "Correct the arguments and call {tool} again."
+STORE_RECOVERY = "Tell the user what the reason says about the event store; once it is fixed, call {tool} again."
 # What to do after each refusal of the service, in the words of an MCP host.
 RECOVERY = {
     "invalid_slug": "Pass the slug of an Initiative file docs/initiatives/<slug>.md, then call {tool} again.",
@@ -397,9 +400,16 @@ class McpBatchServer:
             outcome = refusal("invalid_input", str(error), CORRECT_ARGUMENTS.format(tool=name))
         except ServiceError as error:
             outcome = refusal(error.code, error.detail, _recovery_of(error, name))
+        except StoreError as error:  # the store cannot be used (its path, its server, its grants): the user fixes it
+            outcome = refusal("store_unavailable", str(error), STORE_RECOVERY.format(tool=name))
+        except Refusal as error:
+            outcome = refusal("refused", str(error), "Settle the reason given, then call {tool} again.".format(
+                tool=name))
         except Exception as error:  # noqa: BLE001 - the host gets what happened instead of a dropped call
-            outcome = refusal("internal_error", f"{type(error).__name__}: {error}",
-                              "Report this; the log keeps every step already taken, so calling again is safe.")
+            refused = privilege_refusal(error)  # a PostgreSQL role without the grants the call needs
+            outcome = (refusal("store_unavailable", str(refused), STORE_RECOVERY.format(tool=name)) if refused
+                       else refusal("internal_error", f"{type(error).__name__}: {error}",
+                                    "Report this; the log keeps every step already taken, so calling again is safe."))
         return outcome if not isinstance(outcome, Outcome) else _result(outcome)
 
     # ------------------------------------------------------------ gated tools

@@ -21,3 +21,12 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, staging_dir: str | o
         if os.path.lexists(temporary):
             os.unlink(temporary)
         raise
+
+
+def unwritable_directory(directory: str | os.PathLike[str]) -> str | None:
+    """The part of `directory` that stops a file being written into it by a rename (None: it can be): its nearest
+    existing part must be a directory this user can write and enter (a file's own mode does not matter)."""
+    place = os.path.abspath(directory)
+    while not os.path.exists(place) and place != os.path.dirname(place):
+        place = os.path.dirname(place)
+    return None if os.path.isdir(place) and os.access(place, os.W_OK | os.X_OK) else place

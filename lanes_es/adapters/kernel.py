@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
-from lanes_es.adapters.files import write_atomic
+from lanes_es.adapters.files import unwritable_directory, write_atomic
 from lanes_es.adapters.git import git, git_ok
 from lanes_es.adapters.delivery import worktree_delivery
 from lanes_es.adapters.qa import Finding, Verdict, run_acceptance_on_worktree, run_acceptance_on_worktree_with_outputs
@@ -355,6 +355,7 @@ class ReferenceKernel:
         _require_active(record, "submit")
         if record.artifact_state == "frozen":
             raise KernelError(f"task {record.task_id} is already submitted; the coordinator runs QA on its next tick")
+        store.require_writable("submit")
         record = _moved(record, self.clock(), "submit", artifact_state="frozen", next_obligation="complete")
         store.write_record(record)
         return record
@@ -375,6 +376,7 @@ class ReferenceKernel:
                               "on a material task")
         if not approve and not text.strip():
             raise KernelError("a rejection needs a text saying what to rework")
+        store.require_writable("review")
         verdict = "approve" if approve else "reject"
         review = Review(state="approved" if approve else "rejected", operation_id=record.review.operation_id,
                         verdict=verdict, text=text or None)
@@ -390,6 +392,7 @@ class ReferenceKernel:
         store = LaneStore(lane_path)
         record = _executor_record(store, store.read_claim(), task_id)
         _require_active(record, "stop")
+        store.require_writable("stop")
         record = _moved(record, self.clock(), "stop", lifecycle="stopped", artifact_state="frozen",
                         next_obligation=NO_STATE, reason=reason)
         store.write_record(record)
@@ -677,6 +680,18 @@ class LaneStore:
         self._prepare()
         _ensure_dir(self.lane_path, f"{STORE_DIR}/tasks")
         write_atomic(self.record_path(record.task_id), task_record_bytes(msgspec.to_builtins(record)), self.directory)
+
+    def require_writable(self, command: str) -> None:
+        """An Executor's command (`task submit`, `review`, `stop`) refuses before it writes anything when the
+        record could not be written: its temporary file is made in the store directory, renamed into tasks/."""
+        for directory in (self.directory, os.path.join(self.directory, "tasks")):
+            blocked = unwritable_directory(directory)
+            if blocked is not None:
+                cause = "cannot be written by this user" if os.path.isdir(blocked) else "is a file, not a directory"
+                raise KernelError(f"lane_not_writable: {blocked} {cause}, so the task's record in this Lane "
+                                  f"({STORE_DIR}/) cannot be written; nothing was recorded: fix its owner or mode "
+                                  f"(chmod u+w {blocked}), or run as its owner, then run `lanes-es task {command}` "
+                                  f"again")
 
     def write_claim(self, claim: Claim) -> None:
         self._prepare()

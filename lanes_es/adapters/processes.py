@@ -29,3 +29,83 @@ def process_alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return True  # no /proc to ask: kill(0) said it is there
+
+
+class Captured:
+    """One output stream of a command, read to its end with bounded memory: the first `keep` bytes, and the
+    length and sha256 of everything it wrote (so a truncated excerpt still names the whole)."""
+
+    def __init__(self, keep: int) -> None:
+        import hashlib
+
+        self.keep = keep
+        self.head = b""
+        self.size = 0
+        self._digest = hashlib.sha256()
+
+    def add(self, chunk: bytes) -> None:
+        self._digest.update(chunk)
+        self.size += len(chunk)
+        if len(self.head) < self.keep:
+            self.head += chunk[:self.keep - len(self.head)]
+
+    @property
+    def truncated(self) -> bool:
+        return self.size > len(self.head)
+
+    @property
+    def sha256(self) -> str:
+        return self._digest.hexdigest()
+
+    def excerpt(self, limit: int) -> str:
+        """At most `limit` characters of what was kept; when anything was left out, how much and its sha256."""
+        text = self.head.decode("utf-8", "replace").strip()
+        if len(text) <= limit and not self.truncated:
+            return text
+        return f"{text[:limit]}... (truncated: {self.size} bytes, sha256 {self.sha256})"
+
+
+def run_bounded(argv: list[str], cwd: str, stdin: bytes, timeout: float, keep_stdout: int,
+                keep_stderr: int) -> tuple[int, Captured, Captured]:
+    """Run a user's command (no shell, its own process group) and read stdout and stderr to their end, keeping
+    only bounded heads: a command that writes gigabytes costs time (up to `timeout`), never memory.
+    Raises OSError when it cannot start, subprocess.TimeoutExpired (its group killed) when it outlives `timeout`."""
+    import selectors
+    import time
+
+    deadline = time.monotonic() + timeout
+    process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    out, err = Captured(keep_stdout), Captured(keep_stderr)
+    try:
+        try:
+            process.stdin.write(stdin)
+            process.stdin.close()
+        except BrokenPipeError:
+            pass  # it did not read its request: its answer says so
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout.fileno(), selectors.EVENT_READ, out)
+            selector.register(process.stderr.fileno(), selectors.EVENT_READ, err)
+            while selector.get_map():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise subprocess.TimeoutExpired(argv, timeout)
+                ready = selector.select(min(remaining, 0.1))
+                if not ready and process.poll() is not None:
+                    break  # exited, but a stray child of its group still holds an output open
+                for key, _ in ready:
+                    chunk = os.read(key.fd, 65536)
+                    if chunk:
+                        key.data.add(chunk)
+                    else:
+                        selector.unregister(key.fd)
+        try:
+            code = process.wait(timeout=max(deadline - time.monotonic(), 0.001))
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(argv, timeout) from None
+    finally:
+        kill_group(process)
+        process.stdout.close()
+        process.stderr.close()
+    return code, out, err

@@ -33,7 +33,9 @@ from eventsourcing.utils import get_topic, resolve_topic
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.initiative import Initiative, initiative_id, slug_of
-from lanes_es.adapters.store_open import CONNECT_TIMEOUT, VERIFY_HINT, full_disk, probe_postgres, sqlite_database
+from lanes_es.adapters.store_open import (CONNECT_TIMEOUT, VERIFY_HINT, full_disk, missing_schema, privilege_cause,
+                                         privilege_refusal, probe_postgres, refused_privilege, shown_url, sqlite_database,
+                                         store_failure)
 from lanes_es.errors import Refusal
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
@@ -261,12 +263,13 @@ class EventStore:
         # False when a read-only open found a store this user cannot write, or none at all (then it
         # reads an empty one in memory): what would write there (the read model) must fold in memory.
         self.writable = not read_only or _opened_for_writing(env)
+        has_log, postgres_env = True, env
         if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
-            has_log = probe_postgres(url, env, log_table=f"{LanesApplication.name.lower()}_events" if read_only
-                                     else None)
+            has_log, may_create = probe_postgres(url, env, f"{LanesApplication.name.lower()}_events",
+                                                 writes=not read_only)
             if read_only:  # a command that only reads makes no table, type or function in the schema
                 env = {**env, "CREATE_TABLE": "no"} if has_log else store_env("memory:")
-                self.writable = has_log
+                self.writable = has_log and may_create  # a role that may only read folds the read model in memory
         try:
             if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres" and not read_only:
                 with self._setup_lock():
@@ -274,8 +277,22 @@ class EventStore:
             else:
                 self.app = LanesApplication(env=env)
         except Exception as error:  # a driver error names the path or host; keep it
+            refused = refused_privilege(error)
+            if refused is not None:
+                raise store_failure(url, privilege_cause(str(refused), postgres_env, writes=not read_only,
+                                                         new_store=not has_log)) from None
+            if missing_schema(error):
+                raise store_failure(url, f"names schema {postgres_env['POSTGRES_SCHEMA']}, which database "
+                                         f"{postgres_env['POSTGRES_DBNAME']} does not have: create it (CREATE SCHEMA "
+                                         f"{postgres_env['POSTGRES_SCHEMA']} AUTHORIZATION "
+                                         f"{postgres_env['POSTGRES_USER']}) or fix ?schema= in the URL") from None
             full = full_disk(url, error)
-            raise StoreError(f"cannot open the event store {url}: {full or error}") from error
+            raise StoreError(f"cannot open the event store {shown_url(url)}: {full or error}") from error
+
+    @property
+    def shown_url(self) -> str:
+        """The store's URL as a message shows it (a PostgreSQL password hidden)."""
+        return shown_url(self.url)
 
     @contextmanager
     def _setup_lock(self) -> Iterator[None]:
@@ -357,6 +374,9 @@ class EventStore:
         except StoreError:
             raise
         except Exception as error:  # a gap or a reordered row breaks the fold anywhere: name it, point at verify
+            refused = privilege_refusal(error)
+            if refused is not None:  # not damage: the role may not read the log
+                raise refused from None
             hint = f"lanes-es verify {aggregate_id}" if aggregate_id.startswith("batch-") else "lanes-es verify BATCH_ID"
             raise StoreError(f"the event store's log of {aggregate_id} cannot be replayed ({type(error).__name__}"
                              f"{': ' + str(error) if str(error) else ''}: an event is missing, reordered or damaged); "

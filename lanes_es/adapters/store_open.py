@@ -24,7 +24,17 @@ VERIFY_HINT = "`lanes-es verify BATCH_ID` lists what is damaged"
 def store_failure(url: str, cause: str, read_only: bool = False) -> Exception:
     from lanes_es.adapters.store import StoreError, StoreReadOnly
 
-    return (StoreReadOnly if read_only else StoreError)(f"the event store {url} {cause}")
+    return (StoreReadOnly if read_only else StoreError)(f"the event store {shown_url(url)} {cause}")
+
+
+def shown_url(url: str) -> str:
+    """The store URL as a message shows it: a PostgreSQL password never reaches a terminal or a log."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
 
 
 def sqlite_database(path: str, read_only: bool) -> str:
@@ -166,9 +176,12 @@ def _read_only_uri(store: Path) -> str:
 # ---------------------------------------------------------------- PostgreSQL
 
 
-def probe_postgres(url: str, env: dict[str, str], log_table: str | None = None) -> bool:
-    """One direct connection with a short timeout, so the cause is the server's own words. With `log_table`,
-    whether the schema holds it (a read-only command makes no table: without it the store is empty)."""
+def probe_postgres(url: str, env: dict[str, str], log_table: str, writes: bool) -> tuple[bool, bool]:
+    """One direct connection with a short timeout, so the cause is the server's own words: whether the
+    schema holds `log_table` (a read-only command makes no table: without it the store is empty), and
+    whether this role may create in the schema (else a read-only command folds the read model in memory).
+    The store is remembered as this process's, for a refused privilege later (`privilege_refusal`)."""
+    _OPENED_POSTGRES[:] = [(url, env, writes)]
     try:
         import psycopg
     except ImportError:
@@ -178,22 +191,23 @@ def probe_postgres(url: str, env: dict[str, str], log_table: str | None = None) 
                                      user=env["POSTGRES_USER"], password=env["POSTGRES_PASSWORD"] or None,
                                      dbname=env["POSTGRES_DBNAME"], connect_timeout=CONNECT_TIMEOUT)
     except psycopg.Error as error:
-        raise store_failure(url, postgres_cause(str(error), env)) from None
+        raise store_failure(url, postgres_cause(str(error), env, writes)) from None
     try:
-        if log_table is None:
-            return True
         name = '"{0}"."{1}"'.format(env["POSTGRES_SCHEMA"].replace('"', '""'), log_table)
-        row = connection.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
-        return bool(row and row[0])
+        row = connection.execute("SELECT to_regclass(%s) IS NOT NULL, (SELECT has_schema_privilege(oid, 'CREATE') "
+                                 "FROM pg_namespace WHERE nspname = %s)", (name, env["POSTGRES_SCHEMA"])).fetchone()
+        return bool(row and row[0]), bool(row and row[1] is not False)
     except psycopg.Error as error:
-        raise store_failure(url, postgres_cause(str(error), env)) from None
+        raise store_failure(url, postgres_cause(str(error), env, writes)) from None
     finally:
         connection.close()
 
 
-def postgres_cause(message: str, env: dict[str, Any]) -> str:
+def postgres_cause(message: str, env: dict[str, Any], writes: bool = False, new_store: bool = False) -> str:
     where = f"{env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}"
     text = message.lower()
+    if _refused_privilege(text):
+        return privilege_cause(message, env, writes, new_store)
     if "connection refused" in text:
         return f"refused the connection: no PostgreSQL listens on {where}; start it, or fix host and port in the URL"
     if "timeout" in text or "timed out" in text:
@@ -205,6 +219,66 @@ def postgres_cause(message: str, env: dict[str, Any]) -> str:
         return f"has no database {env['POSTGRES_DBNAME']} on {where}: create it (createdb) or name another in the URL"
     first_line = message.strip().splitlines()[0] if message.strip() else "connection failed"
     return f"cannot be reached at {where}: {first_line}"
+
+
+# A role may log in and still lack the grants a command needs (SQLSTATE 42501, insufficient_privilege):
+# PostgreSQL says "permission denied for table/schema X" or "must be owner of table X".
+INSUFFICIENT_PRIVILEGE = "42501"
+INVALID_SCHEMA_NAME = "3F000"
+_OPENED_POSTGRES: list[tuple[str, dict[str, str], bool]] = []  # (url, env, writes) of the store this process opened
+
+
+def _refused_privilege(text: str) -> bool:
+    return "permission denied" in text or "must be owner of" in text
+
+
+def privilege_cause(message: str, env: dict[str, Any], writes: bool, new_store: bool = False) -> str:
+    """Who was refused what, that nothing was written, and the grants that let the command run."""
+    role, schema = env["POSTGRES_USER"], env["POSTGRES_SCHEMA"]
+    first = message.strip().splitlines()[0] if message.strip() else "permission denied"
+    if not writes:
+        need = (f"a read-only command needs GRANT USAGE ON SCHEMA {schema} TO {role} and GRANT SELECT ON ALL TABLES "
+                f"IN SCHEMA {schema} TO {role}")
+    elif new_store:
+        need = (f"a command that makes the store needs GRANT USAGE, CREATE ON SCHEMA {schema} TO {role} (or a store "
+                f"URL whose user may create there)")
+    else:
+        need = (f"a command that writes needs GRANT USAGE, CREATE ON SCHEMA {schema} TO {role} and {role} to own the "
+                f"store's tables or be a member of the role that owns them (GRANT OWNER_ROLE TO {role}: eventsourcing "
+                f"checks its tables and indexes whenever it opens them), or a store URL with that role")
+    return (f"refused user {role} ({first}); nothing was written: {need}. Ask the database's owner, then run the "
+            f"command again")
+
+
+def privilege_refusal(error: BaseException) -> Exception | None:
+    """A PostgreSQL privilege refused anywhere under a command, as a refusal naming this process's store; None
+    for any other error (or when no PostgreSQL store was opened)."""
+    cause = refused_privilege(error)
+    if cause is None or not _OPENED_POSTGRES:
+        return None
+    url, env, writes = _OPENED_POSTGRES[-1]
+    return store_failure(url, privilege_cause(str(cause), env, writes))
+
+
+def refused_privilege(error: BaseException) -> BaseException | None:
+    """The driver's insufficient_privilege error in `error`'s chain (eventsourcing wraps psycopg's), or None."""
+    return _driver_error(error, INSUFFICIENT_PRIVILEGE)
+
+
+def missing_schema(error: BaseException) -> bool:
+    """Whether the server said the URL's schema does not exist (a writer's open: a reader sees an empty store)."""
+    return _driver_error(error, INVALID_SCHEMA_NAME) is not None
+
+
+def _driver_error(error: BaseException, sqlstate: str) -> BaseException | None:
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if getattr(cause, "sqlstate", None) == sqlstate:
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 # ---------------------------------------------------------------- the repository's id

@@ -3,16 +3,23 @@
 A Local Initiative has no tracker by default. A tracker command (LANES_ES_TRACKER_COMMAND,
 plain argv, no shell) receives one JSON object on stdin, {op:"mark-terminal", task_id,
 phase:"done", terminal_event_id, root}, and answers one JSON object on stdout,
-{status, message}; a failure to run or to answer is `retryable_failure`.
+{status, message}; a failure to run or to answer is `retryable_failure`. What it writes is read with
+bounded memory, and what the log records is bounded too: an excerpt, the length and sha256 of the whole.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import subprocess
 
+from lanes_es.adapters.processes import run_bounded
 from lanes_es.ports import TrackerResult
+
+ANSWER_BYTES = 65536  # an answer is one small JSON object; more is read to its end (for its digest), not kept
+DETAIL_CHARS = 500    # of stderr, or of an answer too long, in the recorded message
+MESSAGE_CHARS = 2000  # of the tracker's own message
 
 KNOWN_STATUSES = frozenset({"created", "updated", "already_current", "retryable_failure", "permanent_failure",
                             "ambiguous_remote_state"})
@@ -27,17 +34,26 @@ class CommandTracker:
         request = {"op": "mark-terminal", "task_id": task_id, "phase": phase,
                    "terminal_event_id": terminal_event_id, "root": root}
         try:
-            done = subprocess.run(self.argv, input=json.dumps(request).encode(), capture_output=True, cwd=root,
-                                  timeout=self.timeout_seconds, check=False)
+            code, out, err = run_bounded(self.argv, root, json.dumps(request).encode(), self.timeout_seconds,
+                                         keep_stdout=ANSWER_BYTES, keep_stderr=DETAIL_CHARS)
         except (OSError, subprocess.TimeoutExpired) as error:
             return TrackerResult(status="retryable_failure", message=f"tracker command failed: {error}")
+        if out.truncated:
+            return TrackerResult(status="retryable_failure",
+                                 message=f"tracker command answered more than {ANSWER_BYTES} bytes, not one JSON "
+                                         f"object: {out.excerpt(DETAIL_CHARS)}")
         try:
-            answer = json.loads(done.stdout.decode("utf-8", "replace") or "null")
+            answer = json.loads(out.head.decode("utf-8", "replace") or "null")
         except json.JSONDecodeError:
             answer = None
-        if (done.returncode != 0 or not isinstance(answer, dict) or answer.get("status") not in KNOWN_STATUSES
+        if (code != 0 or not isinstance(answer, dict) or answer.get("status") not in KNOWN_STATUSES
                 or not isinstance(answer.get("message", ""), str)):
-            detail = done.stderr.decode("utf-8", "replace").strip()[:500]
             return TrackerResult(status="retryable_failure",
-                                 message=f"tracker command exited {done.returncode} without a valid answer {detail}".strip())
-        return TrackerResult(status=answer["status"], message=answer.get("message", ""))
+                                 message=f"tracker command exited {code} without a valid answer "
+                                         f"{err.excerpt(DETAIL_CHARS)}".strip())
+        message = answer.get("message", "")
+        if len(message) > MESSAGE_CHARS:  # recorded in the log: an excerpt and the digest of the whole
+            whole = message.encode("utf-8", "surrogatepass")
+            message = (f"{message[:MESSAGE_CHARS]}... (truncated: {len(whole)} bytes, sha256 "
+                       f"{hashlib.sha256(whole).hexdigest()})")
+        return TrackerResult(status=answer["status"], message=message)

@@ -116,9 +116,10 @@ def report_after(current: dict[str, Any] | None, record: dict[str, Any], event: 
     terminal and is never replaced (upstream rule), so the written report is the first
     terminal one, else the newest parked one.
     """
-    if isinstance(event, ev.BatchSettled):
+    kind = type(event)  # exact class tests: no event class derives from another, and this runs once per event
+    if kind is ev.BatchSettled:
         made = lane_report(record, event.reason, event.next_action, event.extras)
-    elif isinstance(event, ev.BatchSuperseded):
+    elif kind is ev.BatchSuperseded:
         made = lane_report(record, event.reason, event.next_action or RETIRE_NEXT_ACTION, created_at=event.at)
     else:
         return current

@@ -27,6 +27,7 @@ class Demo(tuple):  # type: ignore[type-arg]
     def __new__(cls, repo: Path, batch_id: str, store: str, monkeypatch: Any) -> "Demo":
         demo = super().__new__(cls, (repo, batch_id))
         demo.store, demo._monkeypatch, demo._copies = store, monkeypatch, []
+        demo._moved_aside: list[tuple[Path, Path]] = []  # (where the demo waits, the place it comes back to)
         return demo
 
     def copy_store(self) -> str:
@@ -38,12 +39,22 @@ class Demo(tuple):  # type: ignore[type-arg]
         self._monkeypatch.setenv("LANES_ES_STORE", url)
         return url
 
+    def move_aside(self, place: Path) -> Path:
+        """Move the demo repository to `place` until the test ends (put back by `drop_copies`); where it was."""
+        repo = Path(self[0])
+        repo.rename(place)  # both under pytest's basetemp: one file system, so a rename
+        self._moved_aside.append((place, repo))
+        return repo
+
     def drop_copies(self) -> None:
         from tests.conftest import postgres_statement
         from tests.store_rows import postgres_schema
 
         for url in self._copies:
             postgres_statement(f"DROP SCHEMA IF EXISTS {postgres_schema(url)} CASCADE")
+        for kept, repo in reversed(self._moved_aside):
+            shutil.rmtree(repo)
+            kept.rename(repo)
 
 
 def copy_of(demo: tuple[Path, str], tmp_path: Path) -> Path:
@@ -53,6 +64,22 @@ def copy_of(demo: tuple[Path, str], tmp_path: Path) -> Path:
     if isinstance(demo, Demo) and demo.store.startswith("postgresql"):
         demo.copy_store()
     return copy
+
+
+def copy_in_place(demo: Demo, tmp_path: Path) -> Path:
+    """A copy of the demo repository standing where the demo stood, and of its store; the demo waits in
+    `tmp_path` and is put back when the test ends.
+
+    For a test that ticks in the copy: the confirmation names the demo's checkout, and on a shared store
+    (PostgreSQL) a tick anywhere else is refused as batch_repository_changed, while the demo's batch is
+    completed and cannot be confirmed again. So the copy takes the demo's path, and on PostgreSQL a schema
+    of its own holding the demo schema's rows (on SQLite the store is the file in the copy's git dir)."""
+    kept = tmp_path / "demo-moved-aside"
+    repo = demo.move_aside(kept)
+    shutil.copytree(kept, repo, symlinks=True)
+    if demo.store.startswith("postgresql"):
+        demo.copy_store()
+    return repo
 
 
 def rewrite_documents(repo: Path, batch_id: str, change: Any) -> None:

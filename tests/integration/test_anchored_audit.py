@@ -18,18 +18,11 @@ from eventsourcing.persistence import StoredEvent
 
 from lanes_es.audit.chain import sealed_bytes
 from tests.gitfixtures import git_out, run_git
-from tests.integration.demo_repo import copy_of
+from tests.integration.demo_repo import copy_in_place, copy_of
 from tests.store_rows import StoreRows, remove_store, store_url_of
 from tools.cli import main
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
-
-
-# A tick in a copy of the demo: on PostgreSQL the copy is another checkout of a shared store, which the
-# repository check refuses (batch_repository_changed), and the demo's batch is completed, so it cannot be
-# confirmed again in the copy. These run on SQLite, where the store is the copy's own file; the store-cut
-# case runs on PostgreSQL in test_anchored_stores.py.
-TICK_IN_A_COPY = pytest.mark.parametrize("demo_run", ["sqlite"], indirect=True)
 
 
 def ref(batch_id: str) -> str:
@@ -82,9 +75,8 @@ def test_a_cut_off_export_is_found_against_the_repository_ref(demo, tmp_path, ca
     assert f"log_cut_short: the log holds {len(lines) - 3} events but the signed checkpoint covers {len(lines)}" in out
 
 
-@TICK_IN_A_COPY
 def test_a_store_whose_newest_events_and_projections_were_deleted_is_found(demo, tmp_path, capsys):
-    repo = copy_of(demo, tmp_path)
+    repo = copy_in_place(demo, tmp_path)
     batch_id = demo[1]
     rows = StoreRows(store_url_of(repo))
     [(last,)] = rows.query("select max(originator_version) from {events} where originator_id = ?", batch_id)
@@ -213,10 +205,9 @@ def test_an_inclusion_proof_verifies_with_the_public_key_alone(demo, tmp_path, c
     assert code == 1 and "do not hash to the proof's leaf hash" in out
 
 
-@TICK_IN_A_COPY
 def test_a_checkpoint_behind_the_log_is_a_note_and_the_next_tick_completes_it(demo, tmp_path, capsys):
     """A crash between the events and the checkpoint: the ref one checkpoint behind, the marker lost."""
-    repo = copy_of(demo, tmp_path)
+    repo = copy_in_place(demo, tmp_path)
     batch_id = demo[1]
     newest = git_out(repo, "show", f"{ref(batch_id)}:checkpoint").splitlines()[1]
     run_git(repo, "update-ref", ref(batch_id), f"{ref(batch_id)}~1")
@@ -373,14 +364,13 @@ def test_an_untouched_ref_history_verifies_every_checkpoint(demo, tmp_path, caps
     assert f"checkpoint_history_signature: checkpoint commit {replaced[:12]} (1 of {len(commits)} on the ref)" in out
 
 
-@TICK_IN_A_COPY
 def test_events_saved_by_a_tick_that_died_before_its_checkpoint_are_a_note_until_the_next_tick(demo, tmp_path,
                                                                                                 capsys):
     """The store holds events no checkpoint covers, and this machine's kept state is the ref's: the next
     tick anchors them from that state (reading only the events after it)."""
     from tools.compose import build_service
 
-    repo = copy_of(demo, tmp_path)
+    repo = copy_in_place(demo, tmp_path)
     batch_id = demo[1]
     signed_size = int(git_out(repo, "show", f"{ref(batch_id)}:checkpoint").splitlines()[1])
     service = build_service(repo)

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 from eventsourcing.persistence import StoredEvent
 
+from lanes_es.adapters.log_reader import stream_events
 from lanes_es.adapters.store import EventStore
 from lanes_es.audit.chain import sealed_bytes, verify_stored
 from lanes_es.audit.export import ExportError, read_export_log
@@ -115,6 +116,8 @@ def test_old_rows_in_a_store_verify_and_load_through_the_upcaster(enrolled_v2: N
         assert store.batch(batch_id).record == json.loads(state)  # the aggregate loads through the mapper too
         documents = fold_documents(events)
         assert documents is not None and documents.record_bytes() == state
+        rebuilt = fold_documents(stream_events(store, batch_id))  # the rebuild's own read of the rows
+        assert rebuilt is not None and rebuilt.record_bytes() == state
     finally:
         store.close()
 

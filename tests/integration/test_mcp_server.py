@@ -29,6 +29,7 @@ pytestmark = pytest.mark.usefixtures("store_url")
 
 PROJECT = Path(__file__).resolve().parents[2]
 SLUG = "init"
+STATUS_TOOL = "batch_status"
 TASKS = {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"]), "task-c": Task(["c.txt"], blocked_by=["task-a"])}
 
 
@@ -170,6 +171,30 @@ def test_invalid_max_parallel_and_lane_offers_are_refused_with_upstreams_message
     assert not (Path(repo) / ".imm" / "state" / "batches").exists()
     assert store_events(repo) == events == 0
     assert all_refs(repo) == refs and head(repo) == coordinator_head
+
+
+def test_a_damaged_store_is_a_refusal_naming_it_and_verify_not_an_internal_error(repo, tmp_path):
+    """A store error after the server opened the store (here an event edited outside lanes-es) reaches the host
+    as the store's own one-line reason, classified: not `internal_error`, which says "a bug, report this"."""
+    from tests.store_rows import StoreRows, store_url_of
+
+    assert cli("--root", repo, "authorize", SLUG, "--yes", "--max-parallel", "2") == 0
+    assert cli("--root", repo, "tick", SLUG) == 0
+
+    async def main() -> list[tuple[bool, dict[str, Any]]]:
+        async with host(repo, tmp_path) as client:
+            fine = await call(client, STATUS_TOOL, initiative_slug=SLUG)
+            rows = StoreRows(store_url_of(repo))
+            batch_id = fine[1]["batch_id"]
+            assert rows.execute("UPDATE {events} SET topic = 'nope:X' WHERE originator_id = ? AND "
+                                "originator_version = 2", batch_id) == 1
+            return [fine, await call(client, STATUS_TOOL, initiative_slug=SLUG)]
+
+    (ok, _), (is_error, payload) = anyio.run(main)
+    assert not ok and is_error
+    assert payload["reason_key"] == "store_unavailable", payload
+    assert "has a damaged event" in payload["reason"] and "lanes-es verify batch-" in payload["reason"]
+    assert "call batch_status again" in payload["recovery_action"]
 
 
 # ---------------------------------------------------------------- a whole batch

@@ -1,6 +1,8 @@
 """`replay` streams the log from the store a page of rows at a time, on SQLite and PostgreSQL, and
 still writes the very bytes of the whole result (every step checked, every row and chain break found):
-compared here with the result of `replay` over the whole log loaded at once."""
+compared here with the result of `replay` over the whole log loaded at once. The rebuild's own
+paged read (`stream_events`, a narrow SELECT of its own on each backend) gives the very events
+the store loads."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from lanes_es.adapters import log_reader
 from lanes_es.adapters.store import EventStore, is_postgres_url
 from lanes_es.audit.chain import verify_stored
 from lanes_es.audit.replay import replay
+from projections.batch import fold_documents
 from projections.timeline import AnchorMarks
 from tests.conftest import postgres_statement
 from tools.audit_cli import replay_command
@@ -94,3 +97,15 @@ def test_the_text_replay_streams_too_and_ends_with_the_verdict(store):
     record_at = lines.index("record as of version 1000:")
     assert lines[record_at - 1] == (f"replayed 1000 events of {BATCH} to version 1000: batch running, chain head "
                                     f"{events[-1].digest}; every check holds")
+
+
+def test_the_rebuild_reads_every_event_across_its_pages(store):
+    events = store.events(BATCH)
+    assert len(events) == 2_500  # four pages of 700, the last one short
+    assert list(log_reader.stream_events(store, BATCH)) == events  # pages of 700 (the fixture's PAGE)
+    assert list(log_reader.stream_events(store, BATCH, page=2_500)) == events  # a last page that is full
+    assert list(log_reader.stream_events(store, "batch-absent-1")) == []
+    streamed_documents, whole = fold_documents(log_reader.stream_events(store, BATCH)), fold_documents(events)
+    assert streamed_documents is not None and whole is not None
+    assert (streamed_documents.record_bytes(), streamed_documents.report_bytes()) == \
+        (whole.record_bytes(), whole.report_bytes())

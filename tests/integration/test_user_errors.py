@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -247,6 +248,82 @@ def test_postgresql_refused_unreachable_unauthenticated_and_missing_extra(plain_
     hidden = "import sys; sys.modules['psycopg'] = None"
     refused(lanes(repo, "status", SLUG, env={"LANES_ES_STORE": "postgresql://postgres@127.0.0.1/test"},
                   prelude=hidden), "PostgreSQL extra", "pip install 'lanes-es[postgres]'")
+
+
+ROLE_WITHOUT_GRANTS = "lanes_es_i11_nogrants"
+
+
+@pytest.fixture
+def role_without_grants() -> Iterator[str]:
+    """A LOGIN role of the test server with no privilege on anything the test makes (made idempotently,
+    dropped after with whatever it was granted)."""
+    from tests.conftest import postgres_statement
+
+    postgres_statement(f"DO $$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{ROLE_WITHOUT_GRANTS}') "
+                       f"THEN CREATE ROLE {ROLE_WITHOUT_GRANTS} LOGIN; END IF; END$$")
+    try:
+        yield ROLE_WITHOUT_GRANTS
+    finally:
+        postgres_statement(f"DROP OWNED BY {ROLE_WITHOUT_GRANTS}")
+        postgres_statement(f"DROP ROLE IF EXISTS {ROLE_WITHOUT_GRANTS}")
+
+
+def test_a_postgresql_role_without_grants_is_told_what_to_grant_and_writes_nothing(plain_repo, role_without_grants,
+                                                                                    tmp_path_factory):
+    """PostgreSQL only: grants are the server's (a SQLite file the user cannot write is in
+    test_user_permissions.py). Another role made the store; this one logs in (trust auth, so its password
+    is only there to show it never reaches the message) and lacks, grant by grant, what each command needs."""
+    from tests.conftest import backend_store, postgres_statement
+    from tests.store_rows import postgres_schema
+
+    role = role_without_grants
+    with backend_store("postgresql", tmp_path_factory) as owner_url:
+        owner = {"LANES_ES_STORE": owner_url}
+        batch_id = lanes(plain_repo, "authorize", SLUG, "--yes", "--max-parallel", "2", env=owner).stdout.strip()
+        assert batch_id.startswith("batch-") and lanes(plain_repo, "tick", SLUG, env=owner).returncode == EXIT_OK
+        schema = postgres_schema(owner_url)
+        url = owner_url.replace("postgres@", f"{role}:s3cret@")
+        shown = url.replace(":s3cret@", ":***@")
+        before = event_rows(owner_url)
+        mine = {"LANES_ES_STORE": url}
+        reads, writes = (["status", SLUG], ["verify", batch_id]), (["tick", SLUG], ["authorize", SLUG, "--yes"])
+
+        def refused_all(commands, *words):
+            for args in commands:
+                line = refused(lanes(plain_repo, *args, env=mine), shown, f"refused user {role}", *words)
+                assert "\n" not in line and "s3cret" not in line, line
+            assert event_rows(owner_url) == before
+
+        refused_all(reads, f"permission denied for schema {schema}", "nothing was written",
+                    f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        refused_all(writes, f"permission denied for schema {schema}", "nothing was written",
+                    f"GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}")
+        postgres_statement(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        refused_all(reads + (["batches"],), "permission denied for table laneses_events",
+                    f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        postgres_statement(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        for args in (*reads, ["batches"]):  # reads now work; the read model is folded in memory, not made
+            result = lanes(plain_repo, *args, env=mine)
+            assert result.returncode == EXIT_OK, (args, result.stderr)
+        missing = "batch-demo-00000000-0000-4000-8000-000000000000"
+        for args in (["status", "--batch", missing], ["rebuild", missing, "--check"]):
+            assert "s3cret" not in refused(lanes(plain_repo, *args, env=mine), "batch_not_found")
+        refused_all(writes, f"permission denied for schema {schema}", f"GRANT USAGE, CREATE ON SCHEMA {schema}",
+                    "own the store's tables")
+        postgres_statement(f"GRANT CREATE ON SCHEMA {schema} TO {role}")
+        refused_all(writes, "must be owner of table laneses_events", f"GRANT OWNER_ROLE TO {role}")
+
+    with backend_store("postgresql", tmp_path_factory) as fresh_url:  # a new store the role may not make
+        schema = postgres_schema(fresh_url)
+        postgres_statement(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        mine = {"LANES_ES_STORE": fresh_url.replace("postgres@", f"{role}@")}
+        refused(lanes(plain_repo, "authorize", SLUG, "--yes", env=mine), f"permission denied for schema {schema}",
+                f"a command that makes the store needs GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}")
+        assert not store_exists(fresh_url)
+        assert lanes(plain_repo, "status", SLUG, env=mine).returncode == EXIT_REFUSED  # "has no batch", as empty
+    missing = {"LANES_ES_STORE": f"{fresh_url.replace('postgres@', f'{role}@')}_gone"}  # a schema of no one
+    refused(lanes(plain_repo, "authorize", SLUG, "--yes", env=missing), f"names schema {schema}_gone, which database "
+            f"test does not have", f"CREATE SCHEMA {schema}_gone AUTHORIZATION {role}", "fix ?schema= in the URL")
 
 
 def test_the_embedded_default_runs_every_store_command_without_the_postgresql_extra(plain_repo):

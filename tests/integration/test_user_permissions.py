@@ -272,3 +272,72 @@ def test_a_repository_another_user_owns_is_named_as_such(as_user, tmp_path):
     subprocess.run(["chmod", "-R", "a+rX", str(place)], check=True)
     for args in (["plan", SLUG], ["status", SLUG]):
         refused(as_user(place / "repo", *args), "another user owns it", "safe.directory", str(place / "repo"))
+
+
+# ---------------------------------------------------------------- the Executor's `task submit`
+
+
+def offered_lane(as_user: AsUser, repo: Path, store: str | None) -> tuple[str, Path]:
+    """The first provision handoff made into a Lane (as USER) and offered; the task's work written in it."""
+    from tools.demo import TASKS
+
+    assert as_user(repo, "authorize", SLUG, "--yes", "--max-parallel", "2", store=store).returncode == EXIT_OK
+    tick = as_user(repo, "tick", SLUG, "--json", store=store)
+    handoff = next(h for h in json.loads(tick.stdout)["handoffs"] if h["action"] == "provision")
+    task, lane = handoff["task_id"], repo.parent / "lanes" / handoff["task_id"]
+    subprocess.run(["runuser", "-u", USER, "--", "git", "worktree", "add", "-q", "-b", handoff["lane_branch"],
+                    str(lane), handoff["base_head"]], cwd=repo, check=True, capture_output=True)
+    offer = as_user(repo, "tick", SLUG, "--offer", f"{task}={lane}", store=store)
+    assert offer.returncode == EXIT_OK, offer.stdout + offer.stderr
+    (lane / TASKS[task][4]).parent.mkdir(parents=True, exist_ok=True)
+    (lane / TASKS[task][4]).write_text(TASKS[task][5])
+    subprocess.run(["chown", "-R", f"{USER}:{USER}", str(lane)], check=True)
+    return task, lane
+
+
+def lane_files(lane: Path) -> dict[str, bytes]:
+    kernel = lane / ".imm" / "state" / "kernel"
+    return {str(path.relative_to(kernel)): path.read_bytes() for path in sorted(kernel.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("what", ["lane", "kernel", "tasks"])
+def test_task_submit_in_a_lane_the_user_cannot_write_names_the_path_and_writes_nothing(as_user, repo, store, what):
+    task, lane = offered_lane(as_user, repo, store)
+    kernel = lane / ".imm" / "state" / "kernel"
+    blocked = {"lane": lane, "kernel": kernel, "tasks": kernel / "tasks"}[what]
+    if what == "lane":
+        subprocess.run(["chmod", "-R", "a-w", str(lane)], check=True)
+    else:
+        blocked.chmod(0o555)
+    before, log = lane_files(lane), recorded(as_user, repo, store)
+    for args in (["task", "submit"], ["task", "stop", "--reason", "no"]):
+        line = refused(as_user(lane, *args, store=store), str(kernel if what == "lane" else blocked),
+                       "cannot be written by this user", f"chmod u+w", f"`lanes-es {' '.join(args[:2])}` again")
+        assert line.startswith("lanes-es task: "), line
+    assert not any(name.startswith(".tmp-") for name in os.listdir(blocked))
+    assert lane_files(lane) == before and recorded(as_user, repo, store) == log
+    subprocess.run(["chmod", "-R", "u+w", str(lane)], check=True)
+    assert as_user(lane, "task", "submit", store=store).returncode == EXIT_OK  # fixed, it submits
+
+
+def test_task_submit_needs_neither_the_coordinators_state_nor_the_store(as_user, repo, store):
+    """The Executor's submit writes the Lane's own record only: a coordinator checkout's `.imm/state` or a
+    store this user cannot write does not stop it (the coordinator's next tick says so, and writes nothing)."""
+    task, lane = offered_lane(as_user, repo, store)
+    state = repo / ".imm" / "state"
+    log = recorded(as_user, repo, store)
+    state.chmod(0o555)
+    (state / "batches").chmod(0o555)
+    if store is None:
+        (repo / ".git" / "lanes-es").chmod(0o555)
+    submitted = as_user(lane, "task", "submit", store=store)
+    assert submitted.returncode == EXIT_OK, submitted.stderr
+    assert recorded(as_user, repo, store) == log
+    refused(as_user(repo, "tick", SLUG, store=store),
+            *(["is read-only"] if store is None else ["state_not_writable", str(state / "batches")]))
+    assert recorded(as_user, repo, store) == log
+    subprocess.run(["chmod", "-R", "u+w", str(state), str(repo / ".git" / "lanes-es")], check=True)
+    tick = as_user(repo, "tick", SLUG, "--json", store=store)  # fixed: the submission is not lost
+    assert tick.returncode == EXIT_OK, tick.stdout + tick.stderr
+    child = next(c for c in json.loads(tick.stdout)["children"] if c["task_id"] == task)
+    assert child["state"] in ("completed", "integrated", "released"), child
