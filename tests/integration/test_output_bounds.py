@@ -53,8 +53,10 @@ def autopilot(root: str, lanes: Path, *extra: str, env: dict[str, str] | None = 
               ) -> tuple[subprocess.CompletedProcess[str], int]:
     """`lanes-es run` to its end, as a user runs it; its exit and the coordinator's peak memory (KiB)."""
     peak = lanes.parent / "peak-kib"
-    prelude = ("import atexit, resource\natexit.register(lambda: open(%r, 'w').write("
-               "str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n" % str(peak))
+    # VmHWM, the high-water mark of this process's own memory since exec: ru_maxrss is kept across exec
+    # (Linux), so a child of a large pytest worker would report the worker's size.
+    prelude = ("import atexit, re\natexit.register(lambda: open(%r, 'w').write(re.search(r'VmHWM:\\s*(\\d+)', "
+               "open('/proc/self/status').read()).group(1)))\n" % str(peak))
     hint = json.dumps({task: {"path": f"{task}.txt", "content": "delivered\n"} for task in TASKS})
     code = f"{prelude}import sys\nfrom tools.cli import main\nsys.exit(main(sys.argv[1:]))"
     result = subprocess.run([sys.executable, "-c", code, "--root", root, "run", SLUG, "--max-parallel", "3",
