@@ -289,9 +289,7 @@ class ReadModel:
     def _wait(runner: Any, newest: int, timeout: float) -> None:
         """runner.wait, polled every few milliseconds (the library backs off to 0.8 s between looks)."""
         deadline = time.monotonic() + timeout
-        if runner.view.position is None:
-            runner.view.position = runner.view.max_tracking_id(APPLICATION) or 0
-        while newest and (runner.view.position or 0) < newest:
+        while newest and _folded(runner.view) < newest:
             if runner.is_interrupted.wait(0.005):
                 runner.wait(newest, timeout=0)  # raises the follower's error
                 return
@@ -388,6 +386,13 @@ def fold_in_memory(store: Any, lines: dict[str, BatchSummary], position: int,
                 if line is not None:
                     lines[key] = line
     return lines
+
+
+def _folded(view: Any) -> int:
+    """The newest notification the follower folded: its own position once it folded one, else the stored one.
+    Only the follower's thread sets its position: set from here, a stored id read just before the thread's
+    fold committed could overwrite the newer one, and the wait then never ended (seen under load)."""
+    return view.position if view.position is not None else (view.max_tracking_id(APPLICATION) or 0)
 
 
 def _has_hole(notifications: Sequence[Notification]) -> bool:

@@ -178,3 +178,27 @@ def test_a_hole_in_sqlite_rowids_is_checked_under_the_write_lock_then_passed(tmp
     assert not follower.is_alive()
     assert "batch-early-1" in {line.batch_id for line in model.lines()}
     store.close()
+
+
+def test_waiting_never_overwrites_the_followers_position_with_a_stale_stored_one():
+    """The follower's thread folds notification 12 while the caller reads the stored position (still 11,
+    read just before that fold committed). The wait must end: it used to set the follower's position
+    from that stale read, and then waited out its whole timeout for a notification already folded."""
+    from lanes_es.adapters.read_model import GapPending
+
+    class View:
+        position = None
+
+        def max_tracking_id(self, application_name):
+            self.position = 12  # the thread's fold commits meanwhile
+            return 11
+
+    class Runner:
+        view = View()
+        is_interrupted = threading.Event()
+
+    try:
+        ReadModel._wait(Runner(), 12, timeout=0.5)
+    except GapPending as stuck:
+        pytest.fail(f"the wait did not see the fold: {stuck}")
+    assert Runner.view.position == 12
