@@ -18,7 +18,7 @@ kernel projection: READ_ONLY) leaves exactly what the call before it in the same
 a crash after such a call is the crash after the previous one, and is not run again; the first
 call of each tick always runs (what lies before it is the harness's Steward and Executor, not
 the engine), and so does the last. That leaves about 70 of the 175 calls of a speculative run.
-On SQLite every second such k runs for the default mode and every fourth for the others (each
+On SQLite every third such k runs for the default mode and every sixth for the others (each
 mode at its own offset; always each tick's first call and the last). On PostgreSQL the backend changes only the store,
 so there only the k right after a store save count (a crash between an append and whatever
 follows it, about 26 calls), sampled the same way; the git and kernel crash windows between two
@@ -61,8 +61,8 @@ DELIVERIES = {task_id: (task.scope[0], f"{task_id}\n") for task_id, task in TASK
 MAX_TICKS = 30
 # A sample of the distinct crash points per mode (crash_points), to keep CI inside its time.
 DEFAULT_MODE = "speculative"
-SAMPLE = 4
-DEFAULT_SAMPLE = 2
+SAMPLE = 6
+DEFAULT_SAMPLE = 3
 MODES = ("serial", "speculative", "batched")
 # Calls that change nothing a restarted engine reads (see the module docstring); anything else counts as a write.
 READ_ONLY = frozenset({"git rev-parse", "git status", "git ls-files", "git diff-tree", "git cat-file", "git log",

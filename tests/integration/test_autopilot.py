@@ -145,7 +145,9 @@ def test_the_confirmation_takes_final_verification_and_delegation(repo, tmp_path
     assert [r["command"] for r in batch.report["final_verification"]["results"]] == ["git status"]
 
 
-@pytest.mark.parametrize("mode", ["speculative", "serial", "batched"])
+# The default mode on both backends, the other modes on one each (the store only records the run): CI time.
+@pytest.mark.parametrize("store_url, mode", [("sqlite", "speculative"), ("postgresql", "speculative"),
+                                             ("postgresql", "serial"), ("sqlite", "batched")], indirect=["store_url"])
 def test_killed_after_the_first_integration_and_run_again_it_completes_the_same_batch(repo, tmp_path, executor_env,
                                                                                        mode):
     lanes = tmp_path / "lanes"

@@ -556,7 +556,9 @@ def alive(pid: int) -> bool:
     return not Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
 
 
-@pytest.mark.parametrize("whom", ["process_group", "autopilot_only"])
+# Each way of interrupting once, the backends shared out between them (the store only records the run): CI time.
+@pytest.mark.parametrize("store_url, whom", [("sqlite", "process_group"), ("postgresql", "autopilot_only")],
+                         indirect=["store_url"])
 def test_ctrl_c_while_executors_work_says_what_happened_and_the_next_run_goes_on(tmp_path, store_url, whom):
     """SIGINT to the terminal's process group (Ctrl-C: the Executors get it too) or to the autopilot alone."""
     import signal

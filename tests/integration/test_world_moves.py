@@ -241,8 +241,10 @@ def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_p
     batch, the move is made there; the engine either goes on because nothing it covers moved
     ("touch") or stops with upstream's reason, and after the move no Lane is admitted, enrolled,
     committed or integrated and no commit lands on the batch branch."""
-    # the batch settles after six ticks; a touch needs no more than two gaps to show it changes nothing
-    for gap in ((2, 4) if move == "touch" else range(1, 7)):
+    # The batch settles after six ticks; a touch needs no more than two gaps to show it changes nothing.
+    # The two backends share the gaps out (the store only records what the move did): CI time.
+    on_postgres = another_store().startswith("postgresql")
+    for gap in ((2, 4) if move == "touch" else range(1 + on_postgres, 7, 2)):
         engine = make_engine(tmp_path / f"gap-{gap}", {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])},
                              store_url=another_store())  # a store per repository: each authorizes the same slug
         engine.authorize(max_parallel=1)
