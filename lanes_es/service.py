@@ -287,9 +287,7 @@ class LanesService:
         """The checkout this service runs in and its repository id, read from the files now when the adapters
         can (the gate compares them after the user's answer), else as the service was opened."""
         read = getattr(self.adapters, "repository_identity", None)
-        if read is None:
-            return RepositoryIdentity(repository_id=getattr(self.store, "repository_id", None), checkout=self.root)
-        return read(self.root)
+        return self._repository_opened() if read is None else read(self.root)
 
     def _refuse_commands_that_cannot_run(self, slug: str, inputs: Any) -> None:
         """An intent valid by upstream's rules (its `verification` only has to be a string) whose descriptor

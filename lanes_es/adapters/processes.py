@@ -62,7 +62,13 @@ class Captured:
         text = self.head.decode("utf-8", "replace").strip()
         if len(text) <= limit and not self.truncated:
             return text
-        return f"{text[:limit]}... (truncated: {self.size} bytes, sha256 {self.sha256})"
+        return truncated_excerpt(text, limit, self.size, self.sha256)
+
+
+def truncated_excerpt(text: str, limit: int, size: int, sha256: str) -> str:
+    """The form a cut text takes in a message or the log: its first `limit` characters, then the length and
+    sha256 of the whole, so the excerpt still names what it was cut from."""
+    return f"{text[:limit]}... (truncated: {size} bytes, sha256 {sha256})"
 
 
 def run_bounded(argv: list[str], cwd: str, stdin: bytes, timeout: float, keep_stdout: int,

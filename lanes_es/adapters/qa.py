@@ -29,7 +29,7 @@ import msgspec
 from lanes_es.adapters.git import git
 from lanes_es.domain.descriptor import CommandSpec, parse_verification_descriptor
 from lanes_es.domain.events import CommandDigest
-from lanes_es.adapters.processes import kill_group
+from lanes_es.adapters.processes import Captured, kill_group
 
 VERDICT_CONTRACT = "assurance_kernel/assurance_verdict/v2"
 OUTPUT_TAIL_BYTES = 400
@@ -262,24 +262,14 @@ def _sandbox_env() -> Iterator[dict[str, str]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-class Output:
+class Output(Captured):
     """What a command wrote: the sha256 and length of its output, stdout and stderr as the one stream
-    the runner reads (stderr is joined to stdout), up to where the run stopped (exit, timeout, limit)."""
+    the runner reads (stderr is joined to stdout), up to where the run stopped (exit, timeout, limit).
+    Nothing of it is kept (the runner keeps its own tail for the reason); `started` once the command ran."""
 
     def __init__(self) -> None:
-        import hashlib
-
-        self._digest = hashlib.sha256()
-        self.size = 0
+        super().__init__(keep=0)
         self.started = False
-
-    def add(self, chunk: bytes) -> None:
-        self._digest.update(chunk)
-        self.size += len(chunk)
-
-    @property
-    def sha256(self) -> str:
-        return self._digest.hexdigest()
 
 
 def run_command(tree: str, command: CommandSpec, env: dict[str, str], output: Output | None = None) -> str | None:

@@ -33,9 +33,8 @@ from eventsourcing.utils import get_topic, resolve_topic
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.initiative import Initiative, initiative_id, slug_of
-from lanes_es.adapters.store_open import (CONNECT_TIMEOUT, VERIFY_HINT, full_disk, missing_schema, privilege_cause,
-                                         privilege_refusal, probe_postgres, refused_privilege, shown_url, sqlite_database,
-                                         store_failure)
+from lanes_es.adapters.store_open import (CONNECT_TIMEOUT, VERIFY_HINT, full_disk, missing_schema,
+                                         privilege_refusal, probe_postgres, shown_url, sqlite_database, store_failure)
 from lanes_es.errors import Refusal
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
@@ -277,10 +276,9 @@ class EventStore:
             else:
                 self.app = LanesApplication(env=env)
         except Exception as error:  # a driver error names the path or host; keep it
-            refused = refused_privilege(error)
+            refused = privilege_refusal(error, new_store=not has_log)  # the probe above named this store
             if refused is not None:
-                raise store_failure(url, privilege_cause(str(refused), postgres_env, writes=not read_only,
-                                                         new_store=not has_log)) from None
+                raise refused from None
             if missing_schema(error):
                 raise store_failure(url, f"names schema {postgres_env['POSTGRES_SCHEMA']}, which database "
                                          f"{postgres_env['POSTGRES_DBNAME']} does not have: create it (CREATE SCHEMA "

@@ -250,14 +250,14 @@ def privilege_cause(message: str, env: dict[str, Any], writes: bool, new_store: 
             f"command again")
 
 
-def privilege_refusal(error: BaseException) -> Exception | None:
+def privilege_refusal(error: BaseException, new_store: bool = False) -> Exception | None:
     """A PostgreSQL privilege refused anywhere under a command, as a refusal naming this process's store; None
-    for any other error (or when no PostgreSQL store was opened)."""
+    for any other error (or when no PostgreSQL store was opened). `new_store`: refused while making it."""
     cause = refused_privilege(error)
     if cause is None or not _OPENED_POSTGRES:
         return None
     url, env, writes = _OPENED_POSTGRES[-1]
-    return store_failure(url, privilege_cause(str(cause), env, writes))
+    return store_failure(url, privilege_cause(str(cause), env, writes, new_store))
 
 
 def refused_privilege(error: BaseException) -> BaseException | None:

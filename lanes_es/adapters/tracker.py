@@ -14,7 +14,7 @@ import json
 import shlex
 import subprocess
 
-from lanes_es.adapters.processes import run_bounded
+from lanes_es.adapters.processes import run_bounded, truncated_excerpt
 from lanes_es.ports import TrackerResult
 
 ANSWER_BYTES = 65536  # an answer is one small JSON object; more is read to its end (for its digest), not kept
@@ -54,6 +54,5 @@ class CommandTracker:
         message = answer.get("message", "")
         if len(message) > MESSAGE_CHARS:  # recorded in the log: an excerpt and the digest of the whole
             whole = message.encode("utf-8", "surrogatepass")
-            message = (f"{message[:MESSAGE_CHARS]}... (truncated: {len(whole)} bytes, sha256 "
-                       f"{hashlib.sha256(whole).hexdigest()})")
+            message = truncated_excerpt(message, MESSAGE_CHARS, len(whole), hashlib.sha256(whole).hexdigest())
         return TrackerResult(status=answer["status"], message=message)
