@@ -269,8 +269,13 @@ class EventStore:
             if read_only:  # a command that only reads makes no table, type or function in the schema
                 env = {**env, "CREATE_TABLE": "no"} if has_log else store_env("memory:")
                 self.writable = has_log and may_create  # a role that may only read folds the read model in memory
+            elif has_log:
+                # eventsourcing makes its type in a transaction of its own before the one that makes the
+                # table, index and function, so a log table means all of them are there: a writer of an
+                # existing store runs no DDL (a third of its open) and needs no ownership of the schema.
+                env = {**env, "CREATE_TABLE": "no"}
         try:
-            if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres" and not read_only:
+            if env.get("CREATE_TABLE") != "no" and env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
                 with self._setup_lock():
                     self.app = LanesApplication(env=env)
             else:

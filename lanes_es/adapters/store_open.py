@@ -194,13 +194,25 @@ def probe_postgres(url: str, env: dict[str, str], log_table: str, writes: bool) 
         raise store_failure(url, postgres_cause(str(error), env, writes)) from None
     try:
         name = '"{0}"."{1}"'.format(env["POSTGRES_SCHEMA"].replace('"', '""'), log_table)
-        row = connection.execute("SELECT to_regclass(%s) IS NOT NULL, (SELECT has_schema_privilege(oid, 'CREATE') "
-                                 "FROM pg_namespace WHERE nspname = %s)", (name, env["POSTGRES_SCHEMA"])).fetchone()
-        return bool(row and row[0]), bool(row and row[1] is not False)
+        row = connection.execute(_PROBE, {"log": name, "schema": env["POSTGRES_SCHEMA"]}).fetchone()
     except psycopg.Error as error:
         raise store_failure(url, postgres_cause(str(error), env, writes)) from None
     finally:
         connection.close()
+    has_log, may_create, may_append = bool(row and row[0]), bool(row and row[1] is not False), bool(row and row[2])
+    if writes and has_log and not may_append:  # refused before the command does anything, not at its first append
+        raise store_failure(url, privilege_cause(f"permission denied to append to table {log_table}", env, writes))
+    return has_log, may_create
+
+
+# Whether the log table is there, whether the role may create in the schema, and whether it may append to the
+# log: INSERT, the UPDATE that PostgreSQL asks of eventsourcing's LOCK TABLE ... EXCLUSIVE, and the sequence
+# that numbers the notifications.
+_PROBE = ("SELECT to_regclass(%(log)s) IS NOT NULL, "
+          "(SELECT has_schema_privilege(oid, 'CREATE') FROM pg_namespace WHERE nspname = %(schema)s), "
+          "CASE WHEN to_regclass(%(log)s) IS NOT NULL THEN has_table_privilege(%(log)s, 'INSERT') "
+          "AND has_table_privilege(%(log)s, 'UPDATE') "
+          "AND has_sequence_privilege(pg_get_serial_sequence(%(log)s, 'notification_id'), 'USAGE') END")
 
 
 def postgres_cause(message: str, env: dict[str, Any], writes: bool = False, new_store: bool = False) -> str:
@@ -243,9 +255,10 @@ def privilege_cause(message: str, env: dict[str, Any], writes: bool, new_store: 
         need = (f"a command that makes the store needs GRANT USAGE, CREATE ON SCHEMA {schema} TO {role} (or a store "
                 f"URL whose user may create there)")
     else:
-        need = (f"a command that writes needs GRANT USAGE, CREATE ON SCHEMA {schema} TO {role} and {role} to own the "
-                f"store's tables or be a member of the role that owns them (GRANT OWNER_ROLE TO {role}: eventsourcing "
-                f"checks its tables and indexes whenever it opens them), or a store URL with that role")
+        need = (f"a command that writes needs GRANT USAGE, CREATE ON SCHEMA {schema} TO {role}, GRANT SELECT, INSERT, "
+                f"UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role} (eventsourcing locks the log to number its events, "
+                f"which PostgreSQL allows with UPDATE) and GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}, "
+                f"or a store URL with the role that made the store")
     return (f"refused user {role} ({first}); nothing was written: {need}. Ask the database's owner, then run the "
             f"command again")
 

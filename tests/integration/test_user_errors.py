@@ -280,7 +280,10 @@ def test_a_postgresql_role_without_grants_is_told_what_to_grant_and_writes_nothi
     with backend_store("postgresql", tmp_path_factory) as owner_url:
         owner = {"LANES_ES_STORE": owner_url}
         batch_id = lanes(plain_repo, "authorize", SLUG, "--yes", "--max-parallel", "2", env=owner).stdout.strip()
-        assert batch_id.startswith("batch-") and lanes(plain_repo, "tick", SLUG, env=owner).returncode == EXIT_OK
+        assert batch_id.startswith("batch-")
+        started = lanes(plain_repo, "tick", SLUG, "--json", env=owner)
+        assert started.returncode == EXIT_OK
+        handoff = next(h for h in json.loads(started.stdout)["handoffs"] if h["action"] == "provision")
         schema = postgres_schema(owner_url)
         url = owner_url.replace("postgres@", f"{role}:s3cret@")
         shown = url.replace(":s3cret@", ":***@")
@@ -308,10 +311,23 @@ def test_a_postgresql_role_without_grants_is_told_what_to_grant_and_writes_nothi
         missing = "batch-demo-00000000-0000-4000-8000-000000000000"
         for args in (["status", "--batch", missing], ["rebuild", missing, "--check"]):
             assert "s3cret" not in refused(lanes(plain_repo, *args, env=mine), "batch_not_found")
-        refused_all(writes, f"permission denied for schema {schema}", f"GRANT USAGE, CREATE ON SCHEMA {schema}",
-                    "own the store's tables")
+        appends = ("permission denied to append to table laneses_events", f"GRANT USAGE, CREATE ON SCHEMA {schema}",
+                   f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
+                   f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
+        refused_all(writes, *appends)  # refused before the command does anything, not at its first append
         postgres_statement(f"GRANT CREATE ON SCHEMA {schema} TO {role}")
-        refused_all(writes, "must be owner of table laneses_events", f"GRANT OWNER_ROLE TO {role}")
+        postgres_statement(f"GRANT INSERT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        refused_all(writes, *appends)  # without UPDATE, eventsourcing cannot lock the log to number an event
+        postgres_statement(f"GRANT UPDATE ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        postgres_statement(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
+        # Granted, a role that does not own the store writes to it (the tables are there: it makes none).
+        lane = tmp_path_factory.mktemp("lanes") / "lane"
+        run_git = ["git", "worktree", "add", "-q", "-b", handoff["lane_branch"], str(lane), handoff["base_head"]]
+        subprocess.run(run_git, cwd=plain_repo, check=True)
+        offered = lanes(plain_repo, "tick", SLUG, "--offer", f"{handoff['task_id']}={lane}", env=mine)
+        assert offered.returncode == EXIT_OK, offered.stderr
+        assert len(event_rows(owner_url)) > len(before)
+        assert lanes(plain_repo, "verify", batch_id, env=mine).returncode == EXIT_OK
 
     with backend_store("postgresql", tmp_path_factory) as fresh_url:  # a new store the role may not make
         schema = postgres_schema(fresh_url)
