@@ -13,13 +13,14 @@ import os
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import anyio
-import mcp_types as types  # the MCP Python SDK, the project's `mcp` extra: CI installs it
 import pytest
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp import Client
 
 from tests.engine import Task, initiative_markdown
 from tests.gitfixtures import all_refs, head, intent_json, make_repo, requires_file, run_git, write_file
@@ -49,6 +50,8 @@ class User:
         self.asked: list[types.ElicitRequestFormParams] = []
 
     async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
+        import mcp_types as types
+
         self.asked.append(params)
         if self.action != "accept":
             return types.ElicitResult(action=self.action)
@@ -58,6 +61,12 @@ class User:
 
 @asynccontextmanager
 async def host(root: str, tmp_path: Path, user: User | None = None, mode: str = "auto") -> AsyncIterator[Client]:
+    # The MCP SDK (the project's `mcp` extra: CI installs it) is imported here, not at the top: each xdist
+    # worker imports every test module, and the SDK's 40 MB there would make each git spawn the worker
+    # forks (sh forks the whole interpreter) cost more in every other test.
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
     params = StdioServerParameters(command=sys.executable, args=["-m", "tools.cli", "--root", root, "mcp"],
                                    env=dict(os.environ), cwd=str(PROJECT))
     with open(tmp_path / "server.stderr", "a") as errlog:
