@@ -263,7 +263,8 @@ class EventStore:
         # reads an empty one in memory): what would write there (the read model) must fold in memory.
         self.writable = not read_only or _opened_for_writing(env)
         has_log, postgres_env = True, env
-        if env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
+        postgres = env["PERSISTENCE_MODULE"] == "eventsourcing.postgres"
+        if postgres:
             has_log, may_create = probe_postgres(url, env, f"{LanesApplication.name.lower()}_events",
                                                  writes=not read_only)
             if read_only:  # a command that only reads makes no table, type or function in the schema
@@ -271,11 +272,11 @@ class EventStore:
                 self.writable = has_log and may_create  # a role that may only read folds the read model in memory
             elif has_log:
                 # eventsourcing makes its type in a transaction of its own before the one that makes the
-                # table, index and function, so a log table means all of them are there: a writer of an
+                # table and its index, so a log table means all of them are there: a writer of an
                 # existing store runs no DDL (a third of its open) and needs no ownership of the schema.
                 env = {**env, "CREATE_TABLE": "no"}
         try:
-            if env.get("CREATE_TABLE") != "no" and env["PERSISTENCE_MODULE"] == "eventsourcing.postgres":
+            if postgres and not read_only and not has_log:  # this command makes the store's tables
                 with self._setup_lock():
                     self.app = LanesApplication(env=env)
             else:

@@ -274,6 +274,7 @@ def test_a_postgresql_role_without_grants_is_told_what_to_grant_and_writes_nothi
     test_user_permissions.py). Another role made the store; this one logs in (trust auth, so its password
     is only there to show it never reaches the message) and lacks, grant by grant, what each command needs."""
     from tests.conftest import backend_store, postgres_statement
+    from tests.gitfixtures import run_git
     from tests.store_rows import postgres_schema
 
     role = role_without_grants
@@ -322,8 +323,7 @@ def test_a_postgresql_role_without_grants_is_told_what_to_grant_and_writes_nothi
         postgres_statement(f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
         # Granted, a role that does not own the store writes to it (the tables are there: it makes none).
         lane = tmp_path_factory.mktemp("lanes") / "lane"
-        run_git = ["git", "worktree", "add", "-q", "-b", handoff["lane_branch"], str(lane), handoff["base_head"]]
-        subprocess.run(run_git, cwd=plain_repo, check=True)
+        run_git(plain_repo, "worktree", "add", "-q", "-b", handoff["lane_branch"], str(lane), handoff["base_head"])
         offered = lanes(plain_repo, "tick", SLUG, "--offer", f"{handoff['task_id']}={lane}", env=mine)
         assert offered.returncode == EXIT_OK, offered.stderr
         assert len(event_rows(owner_url)) > len(before)
