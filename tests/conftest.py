@@ -84,12 +84,16 @@ def postgres_statement(statement: str) -> None:
                     f"start it (bash .ci/run does) or set LANES_ES_TEST_POSTGRES")
 
 
-# The longest modules first (measured with --durations): `.ci/run` hands whole modules to its two
-# xdist workers (--dist loadfile) in collection order, so a long module collected last would run
-# alone at the end while the other core idles.
-LONGEST_FIRST = ("test_crash_points_speculative.py", "test_autopilot.py", "test_world_moves.py",
-                 "test_crash_points_batched.py", "test_crash_points_serial.py", "test_user_errors.py",
-                 "test_integration_modes.py", "test_scenarios_rest.py", "test_cli_properties.py")
+# The longest modules first (measured with --durations, both backends): `.ci/run` hands whole modules
+# to its xdist workers (--dist loadfile, with --no-loadscope-reorder so that xdist keeps this order
+# instead of putting the modules with the most tests first), so a long module collected last would
+# run alone at the end while the other core idles.
+LONGEST_FIRST = ("test_user_errors.py", "test_world_moves.py", "test_autopilot.py",
+                 "test_crash_points_speculative.py", "test_crash_points_serial.py", "test_crash_points_batched.py",
+                 "test_engine.py", "test_steward_lease.py", "test_observation.py", "test_user_permissions.py",
+                 "test_scenarios_rest.py", "test_integration_modes.py", "test_audit_must_show.py",
+                 "test_anchored_audit.py", "test_cli_properties.py", "test_mcp_server.py",
+                 "test_delegated_revision.py", "test_contention.py", "test_resume.py", "test_audit_demo.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:
