@@ -110,15 +110,18 @@ def test_four_ticks_that_wait_all_run_once_the_holder_lets_go(tmp_path):
 
 def test_four_ticks_started_together_each_apply_or_refuse_as_busy(tmp_path):
     """No holder from outside: whichever tick takes the lock applies, the others refuse (exit 2,
-    outcome busy) or, if it ended first, apply after it; never an error, never a gap in the log."""
+    outcome busy) or, if it ended first, run after it and refuse the offer it already took (exit 2,
+    the offer in lane_refusals); never an error, never a gap in the log."""
     engine, batch_id = authorized(tmp_path)
     lane = engine.provision("a", engine.tick())
     results = finished(start_ticks(engine, 4, "--wait", "0", "--offer", f"a={lane}"))
     codes = sorted(code for code, _, _ in results)
     assert set(codes) <= {0, 2} and 0 in codes, [err for _, _, err in results]
     for code, report, err in results:
-        if code == 2:
+        if code == 2 and "outcome" in report:
             assert report["outcome"] == "busy" and report["holder"]["pid"] != os.getpid()
+        elif code == 2:  # started after the tick that admitted the Lane: the repeated offer is refused
+            assert report["lane_refusals"] == [{"task_id": "a", "path": lane, "reason": "batch_lane_unknown_child"}], err
     assert versions(engine, batch_id) == list(range(1, len(versions(engine, batch_id)) + 1))
     admitted = [e for e in engine.service.store.events(batch_id) if type(e).__name__ == "LaneAdmitted"]
     assert [e.task_id for e in admitted] == ["a"]  # the offer was taken once, however many ticks carried it
