@@ -39,11 +39,12 @@ PathLike = str | os.PathLike[str]
 
 def run_git(cwd: PathLike, *args: str, input: bytes | str | None = None, env: Mapping[str, str] | None = None,
             check: bool = True) -> subprocess.CompletedProcess[bytes]:
-    """Run `git -C cwd <args>` with hooks off; raise with git's words when `check` and it fails."""
+    """Run `git -C cwd <args>` with hooks and auto maintenance off (a fixture's commit starts no second git);
+    raise with git's words when `check` and it fails."""
     full_env = {**os.environ, "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", **(env or {})}
     data = input.encode() if isinstance(input, str) else input
-    result = subprocess.run(["git", "-C", str(cwd), "-c", "core.hooksPath=/dev/null", *args], input=data,
-                            capture_output=True, env=full_env)
+    argv = ["git", "-C", str(cwd), "-c", "core.hooksPath=/dev/null", "-c", "maintenance.auto=false", *args]
+    result = subprocess.run(argv, input=data, capture_output=True, env=full_env)
     if check and result.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed ({result.returncode}): {result.stderr.decode().strip()}")
     return result

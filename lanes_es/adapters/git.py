@@ -19,6 +19,7 @@ DEFAULT_AUTHOR_NAME = "Immune-Brain Batch"
 DEFAULT_AUTHOR_EMAIL = "immune-brain@local"
 
 _GIT: list[Any] = []  # sh's git command, made on the first spawn
+RUNNER_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "maintenance.auto=false")
 
 
 def _git_command() -> Any:
@@ -94,12 +95,17 @@ def batch_identity_env() -> dict[str, str]:
 
 def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | str | None = None,
         env: Mapping[str, str] | None = None, timeout: float | None = None) -> GitResult:
-    """Run `git -C root -c core.hooksPath=/dev/null -c commit.gpgsign=false <args>`.
+    """Run `git -C root -c core.hooksPath=/dev/null -c commit.gpgsign=false -c maintenance.auto=false <args>`.
 
     Exit codes in `ok_codes` return a GitResult; any other raises GitFailure with
     git's own words. Output is bytes; decode where the format is known.
+
+    `maintenance.auto=false`: a `commit` or `merge` would otherwise start `git maintenance run --auto`,
+    one more git process each time, and when the repository crosses git's thresholds a repack (in the
+    background by default) of the user's repository while the tick goes on reading it. Housekeeping
+    is the user's git's business, which still does it on the user's own commands.
     """
-    argv = ["-C", root, "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", *args]
+    argv = ["-C", root, *RUNNER_CONFIG, *args]
     started = time.perf_counter()
     with _STATS_LOCK:
         STATS.spawns += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import msgspec
 import pytest
@@ -274,6 +275,23 @@ def test_hooks_are_bypassed(lane_repo, git_batch):
     assert git_out(lane, "log", "-1", "--format=%s", commit) == "imm(task-a): Ship the allowed module"
     assert not os.path.exists(os.path.join(lane, "bad.txt")) and not os.path.exists(os.path.join(lane, "rogue.txt"))
     assert "rogue.txt" not in git_out(lane, "ls-tree", "-r", "--name-only", commit)
+
+
+def test_the_lane_commit_starts_no_git_maintenance(lane_repo, git_batch, tmp_path, monkeypatch):
+    """git's own `commit` starts `git maintenance run --auto` (a second process, and past git's thresholds a
+    repack of the user's repository during the tick); the runner's commit does not."""
+    root, lane, base = lane_repo
+    plain_trace, runner_trace = tmp_path / "plain.trace", tmp_path / "runner.trace"
+    subprocess.run(["git", "-C", root, "commit", "-q", "--allow-empty", "-m", "user's own"], check=True,
+                   env={**os.environ, "GIT_TRACE": str(plain_trace)})
+    assert "run_command: git maintenance run --auto" in plain_trace.read_text()  # what the runner turns off
+    _settle(lane)
+    monkeypatch.setenv("GIT_TRACE", str(runner_trace))
+    commit = git_batch.commit_child(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())
+    monkeypatch.delenv("GIT_TRACE")
+    traced = runner_trace.read_text()
+    assert "built-in: git commit" in traced and "maintenance" not in traced
+    assert head(lane) == commit
 
 
 def test_staged_deletions_and_renames_in_scope_are_committed(lane_repo, git_batch):
