@@ -84,16 +84,33 @@ def postgres_statement(statement: str) -> None:
                     f"start it (bash .ci/run does) or set LANES_ES_TEST_POSTGRES")
 
 
-# The longest modules first (measured with --durations, both backends): `.ci/run` hands whole modules
-# to its xdist workers (--dist loadfile, with --no-loadscope-reorder so that xdist keeps this order
-# instead of putting the modules with the most tests first), so a long module collected last would
-# run alone at the end while the other core idles.
-LONGEST_FIRST = ("test_user_errors.py", "test_world_moves.py", "test_autopilot.py",
-                 "test_crash_points_speculative.py", "test_crash_points_serial.py", "test_crash_points_batched.py",
-                 "test_engine.py", "test_steward_lease.py", "test_observation.py", "test_user_permissions.py",
-                 "test_scenarios_rest.py", "test_integration_modes.py", "test_audit_must_show.py",
-                 "test_anchored_audit.py", "test_cli_properties.py", "test_mcp_server.py",
-                 "test_delegated_revision.py", "test_contention.py", "test_resume.py", "test_audit_demo.py")
+# The order whole modules go to `.ci/run`'s xdist workers (--dist loadfile; xdist's own reorder, which
+# puts the modules with the most tests first, is switched off in pytest_configure):
+# - the longest first (measured with --durations, both backends), so that no long module runs alone at
+#   the end while the other core idles;
+# - the modules that drive the MCP server through the SDK client near the end: the SDK stays in the
+#   worker's memory once imported (+28 MB), and every git spawn the engine makes in a worker forks the
+#   whole worker through `sh`, at a cost that grows with its size;
+# - the unit tests last (fast, no git): they fill the workers' tails.
+LONGEST_FIRST = ("integration/test_user_errors.py", "integration/test_world_moves.py", "integration/test_autopilot.py",
+                 "integration/test_crash_points_speculative.py", "integration/test_crash_points_serial.py",
+                 "integration/test_crash_points_batched.py", "integration/test_engine.py",
+                 "integration/test_steward_lease.py", "integration/test_observation.py",
+                 "integration/test_user_permissions.py", "integration/test_integration_modes.py",
+                 "integration/test_audit_must_show.py", "integration/test_anchored_audit.py",
+                 "integration/test_cli_properties.py", "integration/test_delegated_revision.py",
+                 "integration/test_resume.py", "integration/test_audit_demo.py")
+MCP_CLIENTS = ("integration/test_scenarios_rest.py", "integration/test_mcp_server.py", "integration/test_contention.py")
+
+
+def module_rank(path: Path) -> tuple[int, int]:
+    """Where a test module runs in the order above (ties keep the collection order)."""
+    name = "/".join(path.parts[-2:])
+    if name in LONGEST_FIRST:
+        return 0, LONGEST_FIRST.index(name)
+    if name in MCP_CLIENTS:
+        return 2, MCP_CLIENTS.index(name)
+    return (3, 0) if path.parent.name == "unit" else (1, 0)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -105,6 +122,8 @@ def pytest_configure(config: pytest.Config) -> None:
     install has it; compileall only stats files whose bytecode is current, and __pycache__ is ignored by git."""
     if hasattr(config, "workerinput"):
         return
+    if hasattr(config.option, "loadscopereorder"):  # xdist: keep module_rank's order (see LONGEST_FIRST)
+        config.option.loadscopereorder = False
     import compileall
 
     project = Path(__file__).resolve().parents[1]
@@ -113,5 +132,4 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module keeps its order
+    items.sort(key=lambda item: module_rank(item.path))  # stable: each module keeps its order

@@ -226,17 +226,21 @@ def deep(levels: int) -> object:
     return value
 
 
-HOSTILE = [deep(50_000), {"task_id": deep(50_000)}, "\x00" * 10, "x" * 1_000_000, 10**400, -0.0, b"bytes",
-           {1: 2}, {("t",): 1}, [{"task_id": "t", "path": "/" + "x" * 1_000_000}], {"next_intent": deep(10_000)},
-           [{"task_id": "a", "path": "/a"}] * 65, {"task_id": "t", "next_intent": {"scope_hint": deep(10_000)}}]
+# Made when a test asks for one: built at import, the deep lists and megabyte strings stayed in every
+# test worker's memory for the whole run (10 MB), and each git spawn forks the whole worker.
+HOSTILE = [lambda: deep(50_000), lambda: {"task_id": deep(50_000)}, lambda: "\x00" * 10, lambda: "x" * 1_000_000,
+           lambda: 10**400, lambda: -0.0, lambda: b"bytes", lambda: {1: 2}, lambda: {("t",): 1},
+           lambda: [{"task_id": "t", "path": "/" + "x" * 1_000_000}], lambda: {"next_intent": deep(10_000)},
+           lambda: [{"task_id": "a", "path": "/a"}] * 65,
+           lambda: {"task_id": "t", "next_intent": {"scope_hint": deep(10_000)}}]
 PARSERS = [parse_max_parallel, parse_lane_offers, parse_lane_instruction, parse_lane_revision, parse_final_verification]
 
 
 @pytest.mark.parametrize("parser", PARSERS)
-@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
-def test_hostile_input_raises_only_invalid_input(parser, value):
+@pytest.mark.parametrize("make_value", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_input_raises_only_invalid_input(parser, make_value):
     with pytest.raises(InvalidInput):
-        parser(value)
+        parser(make_value())
 
 
 JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=20))
