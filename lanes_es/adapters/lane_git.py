@@ -19,6 +19,7 @@ from typing import Any, Iterable
 import msgspec
 
 from lanes_es.adapters.git import batch_identity_env, git, git_ok
+from lanes_es.adapters.git_dirs import find_checkout
 from lanes_es.domain.flakes import rerunnable
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.domain.jstext import parse_json
@@ -126,6 +127,19 @@ def real_path(path: str) -> str | None:
         return None
 
 
+def _common_dir_and_top(path: str) -> tuple[str, str] | None:
+    """The real paths of the git common dir and the worktree top level holding `path`: read from git's
+    files when they can be (no spawn), else one `rev-parse`; None outside a repository."""
+    found = find_checkout(path)
+    if found is not None:
+        common, top = real_path(str(found.common_dir)), real_path(str(found.top))
+    else:
+        probe = git_ok(path, "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel")
+        lines = probe.text.split("\n") if probe.exit_code == 0 else []
+        common, top = (real_path(lines[0]), real_path(lines[1])) if len(lines) == 2 else (None, None)
+    return (common, top) if common is not None and top is not None else None
+
+
 def branch_and_head(root: str) -> tuple[str | None, str | None]:
     """The current branch (None when detached) and HEAD (None when unborn or unreadable): one spawn."""
     probe = git_ok(root, "rev-parse", "HEAD", "--symbolic-full-name", "HEAD")
@@ -206,20 +220,21 @@ class GitLanes:
         return real_path(root) or root
 
     def inspect_lane(self, coordinator_root: str, lane_path: str) -> LaneFacts:
-        """contracts §6.2 in two spawns per Lane: (common dir, toplevel), then status.
+        """contracts §6.2 in one spawn per Lane: its status.
 
         Upstream's five reads (common dir, show-toplevel, symbolic-ref, rev-parse HEAD,
-        status) become one rev-parse and one porcelain v2 status, which carries the branch,
-        HEAD and cleanliness together. The claim is left to the tick (it asks the kernel).
+        status) become the Lane's and the coordinator's git directories, read from git's own
+        files (`find_checkout`; a `rev-parse` where only git can say), and one porcelain v2
+        status, which carries the branch, HEAD and cleanliness together. The claim is left to
+        the tick (it asks the kernel).
         """
         real = real_path(lane_path) if os.path.exists(lane_path) else None
         if real is None:
             return LaneFacts(exists=False, real_path=None)
         foreign = LaneFacts(exists=True, real_path=real)
         coordinator_common = self._coordinator_common_dir(coordinator_root)
-        probe = git_ok(real, "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel")
-        lines = probe.text.split("\n") if probe.exit_code == 0 else []
-        if len(lines) != 2 or coordinator_common is None or real_path(lines[0]) != coordinator_common:
+        located = _common_dir_and_top(real)
+        if located is None or coordinator_common is None or located[0] != coordinator_common:
             return foreign
         status = git_ok(real, *STATUS_ARGS)
         read = parse_status_v2(status.stdout) if status.exit_code == 0 else None
@@ -227,7 +242,7 @@ class GitLanes:
             exists=True,
             real_path=real,
             same_repository=True,
-            is_worktree_root=real_path(lines[1]) == real,
+            is_worktree_root=located[1] == real,
             branch=read.branch if read else None,
             head=read.head if read else None,
             clean=read is not None and not read.entries,
@@ -235,8 +250,8 @@ class GitLanes:
 
     def _coordinator_common_dir(self, root: str) -> str | None:
         if root not in self._common_dirs:
-            probe = git_ok(root, "rev-parse", "--path-format=absolute", "--git-common-dir")
-            self._common_dirs[root] = real_path(probe.text) if probe.exit_code == 0 and probe.text else None
+            located = _common_dir_and_top(root)
+            self._common_dirs[root] = located[0] if located is not None else None
         return self._common_dirs[root]
 
     # ------------------------------------------------------------ lineage

@@ -123,18 +123,31 @@ def test_inspect_lane_ignores_ignored_state_and_resolves_a_symlinked_path(tmp_pa
     assert facts.real_path == lane and facts.is_worktree_root and facts.clean
 
 
-def test_inspect_lane_costs_at_most_two_spawns_per_lane_after_the_first(tmp_path, repo, lanes):
+def test_inspect_lane_costs_one_spawn_per_lane(tmp_path, repo, lanes):
+    """The git directories are read from git's files; the status is the one spawn."""
     paths = [add_lane(repo, SLUG, task, tmp_path / "lanes") for task in ("task-a", "task-b", "task-c")]
     STATS.reset()
-    lanes.inspect_lane(repo, paths[0])
-    assert STATS.spawns <= 3  # the coordinator's common dir is read once
-    STATS.reset()
-    for path in paths[1:]:
-        lanes.inspect_lane(repo, path)
-    assert STATS.spawns <= 2 * 2
+    for path in paths:
+        assert lanes.inspect_lane(repo, path).same_repository
+    assert STATS.spawns == 3
     STATS.reset()
     lanes.inspect_lane(repo, str(tmp_path / "gone"))
     assert STATS.spawns == 0
+
+
+def test_inspect_lane_asks_git_where_only_git_can_say_and_agrees(tmp_path, repo, lanes, monkeypatch):
+    """With GIT_CEILING_DIRECTORIES set (a variable that changes how git finds directories) the
+    directories are git's answer: one more spawn per Lane, the same facts."""
+    lane = add_lane(repo, SLUG, "task-a", tmp_path / "lanes")
+    read_from_files = lanes.inspect_lane(repo, lane)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path / "elsewhere"))
+    asked = type(lanes)()
+    STATS.reset()
+    assert asked.inspect_lane(repo, lane) == read_from_files
+    assert STATS.spawns == 3  # the coordinator's and the Lane's rev-parse, the status
+    sub = os.path.join(lane, "sub")
+    os.makedirs(sub)
+    assert asked.inspect_lane(repo, sub).is_worktree_root is False
 
 
 def test_resolve_root_keeps_a_missing_path(tmp_path, lanes):
