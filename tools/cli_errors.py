@@ -14,6 +14,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from lanes_es.adapters.processes import groups_ended_on_interrupt
 from lanes_es.adapters.store_open import privilege_refusal
 from lanes_es.errors import Refusal
 from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_REFUSED
@@ -39,7 +40,8 @@ def run_guarded(command: Callable[[], Any], prefix: str = "lanes-es") -> int:
     real_stdout = sys.stdout
     sys.stdout = NamedOutput(real_stdout)
     try:
-        code = int(command() or 0)
+        with groups_ended_on_interrupt():  # the checks it started lead their own sessions: Ctrl-C ends them too
+            code = int(command() or 0)
         sys.stdout.flush()  # a full disk or a closed pipe shows here, not after the exit code is chosen
         return code
     except BrokenPipeError:

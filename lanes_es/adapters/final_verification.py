@@ -17,7 +17,7 @@ import time
 
 from lanes_es.adapters.git import git
 from lanes_es.ports import CommandResult
-from lanes_es.adapters.processes import kill_group
+from lanes_es.adapters.processes import forget_group, kill_group, start_group
 
 DEFAULT_TIMEOUT_MS = 1_800_000  # upstream's DEFAULT_TIMEOUT_MS: 30 minutes per command
 
@@ -35,8 +35,8 @@ def run_command(root: str, command: str, timeout_ms: int) -> CommandResult:
     try:
         if not argv:
             raise FileNotFoundError("empty command")
-        process = subprocess.Popen(argv, cwd=root, env=dict(os.environ), stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        process = start_group(argv, cwd=root, env=dict(os.environ), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except (OSError, ValueError):
         return _result(command, None, "spawn_failed", started)
     try:
@@ -44,6 +44,7 @@ def run_command(root: str, command: str, timeout_ms: int) -> CommandResult:
     except subprocess.TimeoutExpired:
         kill_group(process)
         return _result(command, None, "timeout", started)
+    forget_group(process)
     if code < 0:  # ended by a signal it did not catch
         return _result(command, None, _signal_name(-code), started)
     return _result(command, code, None, started)

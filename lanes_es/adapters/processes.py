@@ -1,19 +1,116 @@
-"""What every runner of non-git processes shares: ending a command and everything it started."""
+"""What every runner of non-git processes shares: starting a command in its own session, ending it and
+everything it started, and ending them all when lanes-es is interrupted.
+
+A command leads its own session so that its whole tree can be killed (a timeout, too much output). The
+terminal's Ctrl-C then does not reach it, so lanes-es ends it itself: every group started here is known
+from the moment it exists (an interrupt is held while the child starts), and `groups_ended_on_interrupt`
+kills them all when SIGINT arrives, before the KeyboardInterrupt unwinds (a thread pool waiting on its
+checks would otherwise wait for them to end on their own, up to their timeout).
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+
+class _Started:
+    """The command groups this process started and has not ended yet."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: set[subprocess.Popen[bytes]] = set()
+        self.ending = False  # set by an interrupt: a group that starts after it is ended at once
+
+
+STARTED = _Started()
+
+
+def start_group(argv: list[str], **popen_args: Any) -> subprocess.Popen[bytes]:
+    """Popen `argv` leading its own session, known to the interrupt handler before an interrupt can reach
+    this thread (raises OSError, as Popen, when it cannot start)."""
+    with _interrupt_held():
+        process = subprocess.Popen(argv, start_new_session=True, **popen_args)
+        with STARTED.lock:
+            STARTED.running.add(process)
+            ending = STARTED.ending
+    if ending:
+        _signal_group(process)
+    return process
 
 
 def kill_group(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the command's whole process group (it leads its own session), then reap it."""
+    _signal_group(process)
+    process.wait()
+    with STARTED.lock:
+        STARTED.running.discard(process)
+
+
+def forget_group(process: subprocess.Popen[bytes]) -> None:
+    """The command ended by itself and was reaped: its group is no longer ours to end (its pid may be reused)."""
+    with STARTED.lock:
+        STARTED.running.discard(process)
+
+
+def end_started_groups() -> None:
+    """SIGKILL every group started and not yet ended (their runners reap them), and any that starts later."""
+    with STARTED.lock:
+        STARTED.ending = True
+        running = list(STARTED.running)
+    for process in running:
+        _signal_group(process)
+
+
+@contextmanager
+def groups_ended_on_interrupt() -> Iterator[None]:
+    """For a command's duration, SIGINT ends every started group, then raises KeyboardInterrupt as before.
+    Outside the main thread (a test's, an embedding's) signals are not ours to handle: nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum: int, frame: Any) -> None:
+        end_started_groups()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        with STARTED.lock:
+            STARTED.ending = False
+
+
+@contextmanager
+def _interrupt_held() -> Iterator[None]:
+    """Hold SIGINT while a child starts and is recorded: raised inside Popen, after the fork, the interrupt
+    would leave a child no one knows of. Only the main thread receives Python's signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and callable(previous):
+            previous(signal.SIGINT, held[0])
+        elif held and previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+
+def _signal_group(process: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    process.wait()
 
 
 def process_alive(pid: int) -> bool:
@@ -80,11 +177,10 @@ def run_bounded(argv: list[str], cwd: str, stdin: bytes, timeout: float, keep_st
     import time
 
     deadline = time.monotonic() + timeout
-    process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               start_new_session=True)
-    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
     out, err = Captured(keep_stdout), Captured(keep_stderr)
+    process = start_group(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
         try:
             process.stdin.write(stdin)
             process.stdin.close()

@@ -29,7 +29,7 @@ import msgspec
 from lanes_es.adapters.git import git
 from lanes_es.domain.descriptor import CommandSpec, parse_verification_descriptor
 from lanes_es.domain.events import CommandDigest
-from lanes_es.adapters.processes import Captured, kill_group
+from lanes_es.adapters.processes import Captured, kill_group, start_group
 
 VERDICT_CONTRACT = "assurance_kernel/assurance_verdict/v2"
 OUTPUT_TAIL_BYTES = 400
@@ -283,8 +283,8 @@ def run_command(tree: str, command: CommandSpec, env: dict[str, str], output: Ou
     except CheckError as error:
         return str(error)
     try:
-        process = subprocess.Popen([executable, *command.argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        process = start_group([executable, *command.argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as error:
         return f"{command.executable} could not start: {error.strerror or error}"
     output = output if output is not None else Output()

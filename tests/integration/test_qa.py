@@ -215,3 +215,80 @@ def test_each_item_gets_the_digest_of_its_commands_output_or_none_when_it_never_
         ("task-a:A2", False, hashlib.sha256(b"expected 3 got 2\n").hexdigest(), 17),
         ("task-a:A3", False, None, 0),
         ("task-a:A4", False, None, 0)]
+
+
+# A check leads its own session (so that its whole tree can be killed), so the terminal's Ctrl-C does not
+# reach it: lanes-es ends it. These run in a Python of their own, whose main thread receives the SIGINT.
+INTERRUPTED_WHILE_STARTING = """
+import os, signal, subprocess
+from lanes_es.adapters import processes
+
+class SignalledBeforePopenReturns(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        print(self.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGINT)  # Python raises it at its next step, inside this Popen
+
+processes.subprocess.Popen = SignalledBeforePopenReturns
+try:
+    with processes.groups_ended_on_interrupt():
+        processes.start_group(["sleep", "30"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print("not interrupted", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+INTERRUPTED_WHILE_A_POOL_WAITS = """
+import os, signal, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+from lanes_es.adapters import processes
+
+def interrupt_once_started():
+    while not processes.STARTED.running:
+        time.sleep(0.01)
+    print(next(iter(processes.STARTED.running)).pid, flush=True)
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=interrupt_once_started, daemon=True).start()
+try:
+    with processes.groups_ended_on_interrupt(), ThreadPoolExecutor(max_workers=2) as pool:
+        pool.submit(processes.run_bounded, ["sleep", "60"], ".", b"", 90, 100, 100).result()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def interrupted_script(script: str) -> tuple[list[str], float]:
+    """The lines the script printed and the seconds it took."""
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split(), time.monotonic() - started
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    import time
+
+    from lanes_es.adapters.processes import process_alive
+
+    deadline = time.monotonic() + seconds
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not process_alive(pid)
+
+
+def test_an_interrupt_while_a_check_starts_still_ends_the_check():
+    (pid, said), _ = interrupted_script(INTERRUPTED_WHILE_STARTING)
+    assert said == "interrupted"
+    assert gone_within(int(pid), 10)  # raised inside Popen, the child was not yet known: it slept on
+
+
+def test_an_interrupt_while_a_pool_waits_on_its_checks_ends_them_at_once():
+    (pid, said), seconds = interrupted_script(INTERRUPTED_WHILE_A_POOL_WAITS)
+    assert said == "interrupted"
+    assert gone_within(int(pid), 10)
+    assert seconds < 45  # not waiting for its 60 s check to end on its own
