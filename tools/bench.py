@@ -2,8 +2,9 @@
 
 For each N it builds a repository with N scope-disjoint tasks, authorizes them with
 max_parallel N, provisions and offers N worktrees, then measures quiet ticks (every
-Lane enrolled, no Executor has submitted). Targets: at most 2 spawns to inspect a
-Lane, at most 2N + 4 spawns for such a tick. Also the spawns of one `inspect_lane`.
+Lane enrolled, no Executor has submitted). Targets: one spawn to inspect a Lane (its
+status; the git directories are read from git's own files), at most 2N + 4 spawns for such
+a tick. Also the spawns of one `inspect_lane`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def register(commands: Any) -> None:
         importlib.import_module(module).register(others)
 
 
+INSPECT_LANE_TARGET = 1  # spawns of one inspect_lane: its status (git dirs come from git's own files)
 # Each module's `register(subparsers)` adds `lanes-es bench WHAT`; add yours here.
 OTHER_BENCHMARKS = ("tools.bench_anchor", "tools.bench_store", "tools.bench_integration", "tools.bench_startup")
 
@@ -120,8 +122,9 @@ def run_bench(counts: list[int], repeat: int, as_json: bool) -> int:
             if not as_json:
                 row = rows[-1]
                 print(f"N={row['lanes']:>3}: {row['spawns_per_tick']:>3} spawns per quiet tick (target <= {row['target']}), "
-                      f"{row['spawns_per_inspect_lane']} per inspect_lane, tick {row['tick_seconds_median'] * 1000:.1f} ms "
+                      f"{row['spawns_per_inspect_lane']} per inspect_lane (target <= {INSPECT_LANE_TARGET}), tick {row['tick_seconds_median'] * 1000:.1f} ms "
                       f"median, {row['tick_seconds_max'] * 1000:.1f} ms max", flush=True)
     if as_json:
         print(json.dumps(rows, indent=2))
-    return 0 if all(row["spawns_per_tick"] <= row["target"] and row["spawns_per_inspect_lane"] <= 2 for row in rows) else 1
+    return 0 if all(row["spawns_per_tick"] <= row["target"] and row["spawns_per_inspect_lane"] <= INSPECT_LANE_TARGET
+                    for row in rows) else 1
