@@ -19,7 +19,7 @@ EXIT_CODE_TABLE = (
     (EXIT_REFUSED, "refused or bad input; nothing was written (a busy batch too); the message names the next command"),
     (EXIT_NEEDS_PERSON, "the batch needs a person: needs_human, budget_stopped or failed"),
     (EXIT_INTERNAL, "an internal error: a bug in lanes-es, never something you caused"),
-    (EXIT_INTERRUPTED, "interrupted (Ctrl-C); run the same command again to go on"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C), with the checks it started; run the same command again to go on"),
     (EXIT_PIPE_CLOSED, "the output's reader closed the pipe (as `git log | head`)"),
 )
 
