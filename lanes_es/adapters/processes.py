@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 class _Started:
@@ -70,40 +70,44 @@ def end_started_groups() -> None:
 def groups_ended_on_interrupt() -> Iterator[None]:
     """For a command's duration, SIGINT ends every started group, then raises KeyboardInterrupt as before.
     Outside the main thread (a test's, an embedding's) signals are not ours to handle: nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def interrupted(signum: int, frame: Any) -> None:
         end_started_groups()
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGINT, interrupted)
     try:
-        yield
+        with _sigint_handled_by(interrupted):
+            yield
     finally:
-        signal.signal(signal.SIGINT, previous)
         with STARTED.lock:
             STARTED.ending = False
 
 
 @contextmanager
 def _interrupt_held() -> Iterator[None]:
-    """Hold SIGINT while a child starts and is recorded: raised inside Popen, after the fork, the interrupt
-    would leave a child no one knows of. Only the main thread receives Python's signals."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    """Hold SIGINT while a child starts and is recorded, then deliver it: raised inside Popen, after the
+    fork, the interrupt would leave a child no one knows of."""
     held: list[Any] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
-    try:
+    with _sigint_handled_by(lambda signum, frame: held.append(frame)) as previous:
         yield
+    if held and callable(previous):
+        previous(signal.SIGINT, held[0])
+    elif held and previous != signal.SIG_IGN:
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigint_handled_by(handler: Callable[[int, Any], None]) -> Iterator[Any]:
+    """SIGINT goes to `handler` inside the block and to the handler before it after; yields that one. Only
+    the main thread receives Python's signals (and may set them): elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield previous
     finally:
         signal.signal(signal.SIGINT, previous)
-        if held and callable(previous):
-            previous(signal.SIGINT, held[0])
-        elif held and previous != signal.SIG_IGN:
-            raise KeyboardInterrupt
 
 
 def _signal_group(process: subprocess.Popen[bytes]) -> None:
