@@ -2,7 +2,7 @@
 
 Each use case loads the aggregates, holds the batch lock, runs the domain or the tick
 through ports, saves the new events and materializes the projections. The ports come
-from an `Adapters` factory chosen at the composition root (tools/compose.py).
+from an `Adapters` factory chosen at the composition root (lanes_es/bootstrap.py).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from lanes_es.tick import TickOutcome
 
 # The tick (lanes_es.tick) is imported by the use cases that run it, so that `status` starts fast.
-from projections.batch import documents_of, drift, materialize
+from lanes_es.projections.batch import documents_of, drift, materialize
 
 # upstream's runner turns these store conditions into a rejection instead of an error
 _STORE_CONDITION = re.compile(r"retired file-store|kernel store|CAS mismatch|store is busy|locked", re.IGNORECASE)
@@ -358,7 +358,7 @@ class LanesService:
 
     def require_writable_state(self, command: str) -> None:
         """A command that writes a batch's state files refuses before it records anything when it could not."""
-        from projections.files import unwritable_state_dir
+        from lanes_es.projections.files import unwritable_state_dir
 
         blocked = unwritable_state_dir(self.root)
         if blocked is not None:
@@ -748,7 +748,7 @@ class LanesService:
         The log is folded as it is read, a page of rows at a time, so memory stays flat however long it is.
         """
         from lanes_es.adapters.log_reader import stream_events
-        from projections.batch import fold_documents
+        from lanes_es.projections.batch import fold_documents
 
         found: dict[str, list[str]] = {}
         for batch_id in batch_ids:

@@ -33,7 +33,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
       the server, so nothing is shared between tests).
 
     It also sets `LANES_ES_STORE` to that URL, so everything the test starts finds the store
-    without passing it: `build_service`/`Engine.create`, `tools.cli.main`, the MCP server and
+    without passing it: `build_service`/`Engine.create`, `lanes_es.cli.main.main`, the MCP server and
     `lanes-es` subprocesses. Use it by asking for it, or for a whole module that goes through
     the service: `pytestmark = pytest.mark.usefixtures("store_url")`. Test ids gain
     `[sqlite]` / `[postgresql]`; `-k sqlite` runs one backend only.
@@ -127,7 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
     import compileall
 
     project = Path(__file__).resolve().parents[1]
-    for package in ("lanes_es", "projections", "tools", "tests"):
+    for package in ("lanes_es", "tools", "tests"):  # lanes_es/projections links projections/
         compileall.compile_dir(str(project / package), quiet=2)
 
 

@@ -69,7 +69,7 @@ class Engine:
     @classmethod
     def create(cls, tmp_path: Path, tasks: dict[str, Task], *, slug: str = SLUG, files: dict[str, str] | None = None,
                store_url: str | None = None) -> "Engine":
-        from tools.compose import build_service
+        from lanes_es.bootstrap import build_service
 
         intents = {task_id: intent_json(task_id, task.scope, verification=task.verification or passing_descriptor(),
                                         risk=task.risk)

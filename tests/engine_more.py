@@ -25,7 +25,7 @@ from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.tick import TickOutcome, run_lane_batch
 from lanes_es.tick_input import TickInput
-from projections.batch import documents_of, materialize
+from lanes_es.projections.batch import documents_of, materialize
 from tests.engine import Engine, Task
 from tests.gitfixtures import descriptor, run_git
 

@@ -78,7 +78,7 @@ def _repository(root: Path, count: int, intent: Callable[[int, str], str] | None
 
 def measure(count: int, repeat: int, workdir: Path) -> dict[str, Any]:
     from lanes_es.tick_input import LaneOfferInput
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     repo = workdir / f"repo-{count}"
     base = _repository(repo, count)

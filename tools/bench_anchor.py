@@ -33,7 +33,7 @@ def measure(size: int, repeat: int, workdir: Path) -> dict[str, Any]:
     from lanes_es.adapters.signing_key import load_signer
     from lanes_es.audit.anchor import anchor_log
     from tools.bench import _repository
-    from tools.compose import build_service, locate_repository
+    from lanes_es.bootstrap import build_service, locate_repository
 
     repo = workdir / f"repo-{size}"
     _repository(repo, 1)

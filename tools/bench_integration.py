@@ -94,7 +94,7 @@ def make_repository(root: Path, count: int, seconds: float, failing: int | None)
 
 def executor_argv(barrier: Path, count: int) -> list[str]:
     """The scripted Executor, then a barrier: it exits only once all K Lanes have submitted."""
-    deliver = shlex.join([sys.executable, "-P", "-m", "tools.example_executor"])
+    deliver = shlex.join([sys.executable, "-P", "-m", "lanes_es.cli.example_executor"])
     wait = (f'touch {shlex.quote(str(barrier))}/"$LANES_ES_TASK_ID" && '
             f'while [ "$(ls {shlex.quote(str(barrier))} | wc -l)" -lt {count} ]; do sleep 0.05; done')
     return ["sh", "-c", f"{deliver} && {wait}"]
@@ -181,7 +181,7 @@ def probing(service: Any) -> Iterator[Probe]:
 def measure(mode: str, count: int, seconds: float, verify_workers: int | None, failing: int | None,
             workdir: Path) -> dict[str, Any]:
     from lanes_es.steward.run import run_autopilot
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     repo, lanes, barrier = workdir / f"{mode}-{count}" / "repo", workdir / f"{mode}-{count}" / "lanes", \
         workdir / f"{mode}-{count}" / "barrier"

@@ -26,7 +26,7 @@ from typing import Any
 
 TARGET_SECONDS = 0.2
 SLUG = "demo"
-ENTRY = "import sys; from tools.cli import main; sys.exit(main())"  # what the lanes-es script runs
+ENTRY = "import sys; from lanes_es.cli.main import main; sys.exit(main())"  # what the lanes-es script runs
 
 
 def register(others: Any) -> None:
@@ -64,7 +64,7 @@ def run_startup_bench(repeat: int, as_json: bool) -> int:
 def prepare(base: Path) -> tuple[Path, Path]:
     """The demo repository with its batch started and the first Lane enrolled."""
     from lanes_es.adapters.git import git
-    from tools.demo import make_repository
+    from lanes_es.cli.demo import make_repository
 
     repo = base / "repo"
     make_repository(repo)

@@ -169,14 +169,14 @@ def replay_json(store: Any, batch_id: str) -> None:
     """`replay --json` into a sink, as into a pipe: the memory measured is the command's, not its output's."""
     import os
 
-    from tools.audit_cli import replay_command
+    from lanes_es.cli.audit import replay_command
 
     with open(os.devnull, "w", encoding="utf-8") as sink:
         replay_command(store, batch_id, as_json=True, out=sink, err=io.StringIO())
 
 
 def verify(store: Any, root: Path, batch_id: str) -> None:
-    from tools.audit_cli import verify_command
+    from lanes_es.cli.audit import verify_command
 
     verify_command(store, root, batch_id, out=io.StringIO(), err=io.StringIO())
 

@@ -11,7 +11,7 @@ worktrees) on a fresh repository and keeps three files:
     <name>.state.json   the exact bytes of .imm/state/batches/<batch_id>.json when the run ended
     <name>.report.json  the exact bytes of .imm/state/batches/<batch_id>.report.json
 
-The scenarios: `demo` (tools.demo.run_demo to completion, exactly as `lanes-es demo` runs),
+The scenarios: `demo` (lanes_es.cli.demo.run_demo to completion, exactly as `lanes-es demo` runs),
 `parked` (an integration conflict and a sibling acceptance that fails on the candidate park
 two children, a dependent is skipped), `resumed` (two coordinator corrections, a park on the
 correction limit, a fresh confirmation, the resume and completion), `intervened` (an
@@ -95,8 +95,8 @@ def repeatable() -> Iterator[None]:
 
 def read_recording(root: Path, store: Any, batch_id: str) -> Recording:
     from lanes_es.audit.export import export_lines, stored_lines
-    from projections.batch import fold_documents
-    from projections.files import read_bytes, report_path, state_path
+    from lanes_es.projections.batch import fold_documents
+    from lanes_es.projections.files import read_bytes, report_path, state_path
 
     events = store.events(batch_id)
     lines = list(stored_lines(store.stored_events(batch_id)))
@@ -123,8 +123,8 @@ def expect(condition: bool, what: str) -> None:
 
 def record_demo(work: Path) -> Recording:
     """`lanes-es demo` as a user runs it: the wall clock, Executor processes, nothing substituted."""
-    from tools.compose import locate_repository, open_store
-    from tools.demo import SLUG, run_demo
+    from lanes_es.bootstrap import locate_repository, open_store
+    from lanes_es.cli.demo import SLUG, run_demo
 
     with contextlib.redirect_stderr(io.StringIO()):
         code = run_demo(str(work), out=lambda _line: None)

@@ -168,7 +168,7 @@ def _open_service(root: str, store_url: str, attempts: int = 10) -> Any:
     """build_service, again when another process was making the PostgreSQL tables at the same instant
     (eventsourcing's CREATE ... IF NOT EXISTS and CREATE OR REPLACE FUNCTION race there)."""
     from lanes_es.adapters.store import StoreError
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     for attempt in range(attempts):
         try:
@@ -238,7 +238,7 @@ def check_soak(store_url: str, roots: list[str], kept: list[tuple[str, int, str]
 
     from lanes_es.adapters.read_model import ReadModel, fold_from_scratch
     from lanes_es.adapters.store import EventStore
-    from tools.audit_cli import verify_command
+    from lanes_es.cli.audit import verify_command
 
     findings: list[str] = []
     store = EventStore(store_url)

@@ -31,7 +31,7 @@ from lanes_es.domain.ids import RECORD_CONTRACT, REPORT_CONTRACT, batch_branch_n
 from lanes_es.domain.intent import InvalidIntent, is_path_allowed_for_child, parse_task_intent
 from lanes_es.domain.record import expected_batch_head
 from lanes_es.domain.validator import InvalidRecord, validate_record
-from projections.files import UnsafeBatchId, read_bytes, report_path, state_path
+from lanes_es.projections.files import UnsafeBatchId, read_bytes, report_path, state_path
 
 OBSERVATION_CONTRACT = "immune_brain/batch_completion_observation/v1"
 

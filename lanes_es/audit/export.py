@@ -25,7 +25,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 from lanes_es.adapters.store import NullTranscoder, StructMapper, state_bytes
 from lanes_es.errors import naming
 from lanes_es.domain import events as ev
-from projections.batch import fold_documents, materialize
+from lanes_es.projections.batch import fold_documents, materialize
 
 from .chain import ChainBreak, stored_breaks
 

@@ -25,7 +25,7 @@ import msgspec
 from lanes_es.domain import events as ev
 from lanes_es.domain.record import IN_FLIGHT, apply_event, dependents_to_skip, is_terminal, prepared_record
 from lanes_es.domain.validator import InvalidRecord, validate_change
-from projections.timeline import TimelineRow, timeline_row
+from lanes_es.projections.timeline import TimelineRow, timeline_row
 
 from .chain import ChainBreak, verify_chain
 

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import msgspec
 
 from lanes_es.domain.validator import InvalidRecord
-from projections.batch import drift, fold_documents
+from lanes_es.projections.batch import drift, fold_documents
 
 from .chain import ChainBreak
 from .completion import verify_completion

@@ -13,7 +13,7 @@ from typing import Any
 
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
-from projections.batch import fold_documents, materialize
+from lanes_es.projections.batch import fold_documents, materialize
 from tests.gitfixtures import (
     batch_message, checkout_batch_branch, commit_all, intent_json, make_repo, write_audit_pair, write_file,
 )

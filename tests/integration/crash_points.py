@@ -43,7 +43,7 @@ from lanes_es.domain.record import fold_record
 from lanes_es.domain.validator import validate_record
 from lanes_es.ports import KernelError
 from lanes_es.tick_input import LaneOfferInput
-from projections.batch import documents_of, drift
+from lanes_es.projections.batch import documents_of, drift
 from tests.conftest import STORE_BACKENDS, backend_store
 from tests.engine import SLUG, SteppingClock, Task, initiative_markdown
 from tests.gitfixtures import descriptor, git_out, intent_json, make_repo, run_git, write_file
@@ -120,7 +120,7 @@ class CrashingKernel:
 
 def build_engine(root: str, store: str, plan: CrashPlan, clock: SteppingClock) -> Any:
     """A new engine instance, as a restarted process would make, with the crash plan wired in."""
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     service = build_service(root, store, clock=clock)
     real_ports = service.adapters.tick_ports
@@ -159,7 +159,7 @@ def make_template(base: Path, mode: str, store: str | None) -> Template:
 
 
 def confirm(root: str, store: str | None, mode: str, clock: SteppingClock | None = None) -> None:
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     service = build_service(root, store, clock=clock or SteppingClock())
     service.authorize(service.confirmation(SLUG, max_parallel=3, integration=mode, verify_workers=2))
@@ -285,7 +285,7 @@ def report_base(root: str) -> str:
 def check_log(root: str, store: str | None) -> None:
     """The chain holds, every prefix of the log folds to a valid record, the files equal the rebuild,
     and the signed checkpoint on the batch's ref covers the whole log with an attestation per integration."""
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     service = build_service(root, store)
     try:
@@ -305,7 +305,7 @@ def check_anchor_holds(root: str, batch_id: str, rows: list[Any], events: list[A
     from lanes_es.adapters.anchor_git import branch_history, checkpoint_history, read_anchor
     from lanes_es.adapters.signing_key import local_verifier
     from lanes_es.audit.anchored import AnchorEvidence, check_anchor
-    from tools.compose import locate_repository
+    from lanes_es.bootstrap import locate_repository
 
     note, attestations = read_anchor(root, batch_id)
     assert note is not None, "no checkpoint was written"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.gitfixtures import git_out, identity_env, run_git
-from tools.demo import run_demo
+from lanes_es.cli.demo import run_demo
 
 
 def make_demo(base: Path) -> tuple[Path, str]:

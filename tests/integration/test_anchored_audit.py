@@ -20,7 +20,7 @@ from lanes_es.audit.chain import sealed_bytes
 from tests.gitfixtures import git_out, run_git
 from tests.integration.demo_repo import copy_in_place, copy_of
 from tests.store_rows import StoreRows, remove_store, store_url_of
-from tools.cli import main
+from lanes_es.cli.main import main
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
 
@@ -168,7 +168,7 @@ def test_an_untouched_batch_verifies_without_the_store_from_the_export_the_refs_
     remove_store(store_url_of(repo))
     (repo / ".git/lanes-es/signing.key").unlink()  # only the public key is left
     shutil.rmtree(repo / ".imm/state/batches")
-    command = [sys.executable, "-m", "tools.cli", "--root", str(repo), "verify", "--export", str(tmp_path / "log.jsonl"),
+    command = [sys.executable, "-m", "lanes_es.cli.main", "--root", str(repo), "verify", "--export", str(tmp_path / "log.jsonl"),
                "--public-key", key]
     done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stdout + done.stderr
@@ -244,7 +244,7 @@ def test_a_checkpoint_costs_two_spawns_and_a_stale_writer_changes_nothing(demo, 
     from lanes_es.adapters.git import STATS
     from lanes_es.adapters.signing_key import load_signer
     from lanes_es.audit.anchor import AnchorRefused, anchor_log
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     repo = copy_of(demo, tmp_path)
     batch_id = demo[1]
@@ -368,7 +368,7 @@ def test_events_saved_by_a_tick_that_died_before_its_checkpoint_are_a_note_until
                                                                                                 capsys):
     """The store holds events no checkpoint covers, and this machine's kept state is the ref's: the next
     tick anchors them from that state (reading only the events after it)."""
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     repo = copy_in_place(demo, tmp_path)
     batch_id = demo[1]

@@ -13,7 +13,7 @@ import pytest
 
 from tests.engine import Engine, Task
 from tests.gitfixtures import git_out
-from tools.cli import main
+from lanes_es.cli.main import main
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 

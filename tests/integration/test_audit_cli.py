@@ -14,8 +14,8 @@ from lanes_es.domain import events as ev
 from tests.gitfixtures import run_git
 from tests.integration.audit_repo import BATCH, completed
 from tests.store_rows import StoreRows
-from tools.audit_cli import replay_command
-from tools.cli import main
+from lanes_es.cli.audit import replay_command
+from lanes_es.cli.main import main
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from lanes_es.audit.completion import verify_completion
-from tools.cli import main
+from lanes_es.cli.main import main
 
 
 def test_verify_accepts_the_completed_demo_batch(demo, capsys):

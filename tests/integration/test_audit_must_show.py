@@ -26,7 +26,7 @@ from tests.conftest import STORE_BACKENDS, backend_store
 from tests.store_rows import StoreRows, store_url_of
 from tests.terminal import read_terminal
 from tests.unit.audit_logs import long_log
-from tools.cli import main
+from lanes_es.cli.main import main
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,7 +173,7 @@ def run_on_a_terminal(args: list[str], out_path: Path) -> tuple[int, str]:
     """Run the CLI with stderr on a pseudo-terminal and stdout to a file; its exit code and what the terminal got."""
     master, slave = os.openpty()
     with open(out_path, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "tools.cli", *args], stdin=subprocess.DEVNULL, stdout=out,
+        process = subprocess.Popen([sys.executable, "-m", "lanes_es.cli.main", *args], stdin=subprocess.DEVNULL, stdout=out,
                                    stderr=slave, cwd=SOURCE_ROOT)
     os.close(slave)
     shown = read_terminal(master, process)
@@ -213,7 +213,7 @@ def test_a_ten_thousand_event_replay_counts_on_a_terminal(ten_thousand, tmp_path
 
 def test_off_a_terminal_the_replay_draws_no_counter(ten_thousand, tmp_path):
     repo, store, batch_id = ten_thousand
-    result = subprocess.run([sys.executable, "-m", "tools.cli", "--root", str(repo), "--store", str(store), "replay",
+    result = subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "--root", str(repo), "--store", str(store), "replay",
                              batch_id], capture_output=True, cwd=SOURCE_ROOT, timeout=120)
     assert result.returncode == 0
     assert result.stderr == b""

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, o
 def authorize_moving(root: str, slug: str, move: Callable[[], object]) -> tuple[int, str, str]:
     """`lanes-es authorize SLUG` on a terminal: `move` runs while it waits at its prompt, then the user says yes."""
     master, slave = os.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "tools.cli", "--root", root, "authorize", slug],
+    process = subprocess.Popen([sys.executable, "-m", "lanes_es.cli.main", "--root", root, "authorize", slug],
                                cwd=PROJECT, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     os.close(slave)
     shown = b""

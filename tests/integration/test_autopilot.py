@@ -1,7 +1,7 @@
 """`lanes-es run`, the autopilot, on real repositories with a real Executor script.
 
 Six tasks at max_parallel 3: four independent, one serialized behind another by an
-overlapping scope, one blocked by two. The Executor is tools/example_executor.py, told what to
+overlapping scope, one blocked by two. The Executor is lanes_es/cli/example_executor.py, told what to
 write through LANES_ES_EXECUTOR_HINT; it ends with `lanes-es task submit` as a person would.
 """
 
@@ -28,7 +28,7 @@ from lanes_es.steward.run import run_autopilot
 
 PROJECT = Path(__file__).resolve().parents[2]
 SLUG = "six"
-EXECUTOR = [sys.executable, "-P", "-m", "tools.example_executor"]
+EXECUTOR = [sys.executable, "-P", "-m", "lanes_es.cli.example_executor"]
 
 # task -> (scope, blocked_by, file, content); notes-2 overlaps notes-1, merge waits for one and two
 TASKS: dict[str, tuple[list[str], list[str], str, str]] = {
@@ -67,7 +67,7 @@ def executor_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 
 def service_of(root: str) -> Any:
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     return build_service(root, clock=SteppingClock(time.time()))
 
@@ -90,7 +90,7 @@ def assert_completed_as_planned(root: str, lanes: Path) -> dict[str, Any]:
     assert git_out(root, "worktree", "list", "--porcelain").count("worktree ") == 1  # the coordinator alone
     assert sorted(entry.name for entry in lanes.iterdir()) == [".executor-logs"]
     assert git_out(root, "branch", "--list", f"imm-lane/{SLUG}/*") == ""  # each released Lane's branch went too
-    verified = subprocess.run([sys.executable, "-m", "tools.cli", "--root", root, "verify", batch_id], cwd=PROJECT,
+    verified = subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "--root", root, "verify", batch_id], cwd=PROJECT,
                               capture_output=True, text=True)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     return record
@@ -129,7 +129,7 @@ def test_six_tasks_at_max_parallel_3_complete_with_a_real_executor(repo, tmp_pat
 
 def test_the_confirmation_takes_final_verification_and_delegation(repo, tmp_path, executor_env):
     """`run --final-verification CMD --delegate-revisions` confirms them; the completed batch ran the command."""
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     lanes = tmp_path / "lanes"
     code = main(["--root", str(repo), "run", SLUG, "--max-parallel", "3", "--lanes-dir", str(lanes),
@@ -151,7 +151,7 @@ def test_the_confirmation_takes_final_verification_and_delegation(repo, tmp_path
 def test_killed_after_the_first_integration_and_run_again_it_completes_the_same_batch(repo, tmp_path, executor_env,
                                                                                        mode):
     lanes = tmp_path / "lanes"
-    command = [sys.executable, "-m", "tools.cli", "--root", repo, "run", SLUG, "--max-parallel", "3",
+    command = [sys.executable, "-m", "lanes_es.cli.main", "--root", repo, "run", SLUG, "--max-parallel", "3",
                "--lanes-dir", str(lanes), "--executor", " ".join(EXECUTOR), "--yes", "--poll", "0.05",
                "--integration", mode]
     with open(tmp_path / "first-run.log", "w") as log:
@@ -309,7 +309,7 @@ def run_on_a_terminal(command: list[str], env: dict[str, str]) -> tuple[int, str
 def test_on_a_terminal_the_run_draws_a_live_line_per_lane_and_the_batchs_progress(repo, tmp_path, executor_env):
     lanes = tmp_path / "lanes"
     code, terminal = run_on_a_terminal(
-        [sys.executable, "-m", "tools.cli", "--root", repo, "run", SLUG, "--max-parallel", "3", "--lanes-dir",
+        [sys.executable, "-m", "lanes_es.cli.main", "--root", repo, "run", SLUG, "--max-parallel", "3", "--lanes-dir",
          str(lanes), "--executor", " ".join(EXECUTOR), "--yes", "--poll", "0.05"], executor_env)
     assert code == 0, terminal
     record = assert_completed_as_planned(repo, lanes)
@@ -406,7 +406,7 @@ def test_a_survivor_that_exits_before_the_next_report_is_not_started_again_on_a_
 def test_only_run_on_a_terminal_imports_the_progress_library():
     """rich costs about 0.12 s of start-up: `--help`, `run --help` and the other commands never import it."""
     for args in (["--help"], ["run", "--help"], ["status", "--help"]):
-        shown = subprocess.run([sys.executable, "-X", "importtime", "-m", "tools.cli", *args], cwd=PROJECT,
+        shown = subprocess.run([sys.executable, "-X", "importtime", "-m", "lanes_es.cli.main", *args], cwd=PROJECT,
                                capture_output=True, text=True)
         assert shown.returncode == 0, shown.stderr
         imported = [line.rsplit("|", 1)[-1].strip() for line in shown.stderr.splitlines() if "|" in line]

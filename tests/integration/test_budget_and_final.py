@@ -133,7 +133,7 @@ def test_a_failed_final_verification_is_reported_and_nothing_is_rolled_back(tmp_
 
 
 def test_final_verification_takes_one_to_eight_plain_argv_commands(tmp_path, capsys):
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
     root = ["--root", engine.root, "authorize", engine.slug, "--yes"]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.engine import Engine, Task
-from tools.cli import build_parser, main
+from lanes_es.cli.main import build_parser, main
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("store_url")

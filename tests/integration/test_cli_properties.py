@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_REFUSED
 from tests.store_rows import StoreRows, store_exists
-from tools.cli import COMMAND_MODULES, build_parser, main
-from tools.demo import make_repository
+from lanes_es.cli.main import COMMAND_MODULES, build_parser, main
+from lanes_es.cli.demo import make_repository
 
 SLUG = "demo"
 LONG_RUNNING = ("run", "mcp", "demo", "bench")

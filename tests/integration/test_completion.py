@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from lanes_es.adapters.git import STATS
 from lanes_es.audit.completion import OBSERVATION_CONTRACT, verify_completion
-from projections.files import report_path, state_path
+from lanes_es.projections.files import report_path, state_path
 from tests.gitfixtures import all_refs, commit_file, head, identity_env, porcelain, run_git, write_file
 from tests.integration.audit_repo import BATCH, Built, completed, deliver, make_batch, write_documents
 

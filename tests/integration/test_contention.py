@@ -20,7 +20,7 @@ from lanes_es.service import BatchBusy
 from tests.engine import Engine, Task, initiative_markdown
 from tests.gitfixtures import intent_json, make_repo, requires_file
 from tests.integration.test_mcp_server import SLUG, TASKS as MCP_TASKS, User, call, host
-from tools.cli import main
+from lanes_es.cli.main import main
 
 pytestmark = pytest.mark.usefixtures("store_url")
 
@@ -45,7 +45,7 @@ def versions(engine: Engine, batch_id: str) -> list[int]:
 
 def start_ticks(engine: Engine, count: int, *extra: str) -> list[subprocess.Popen]:
     """`count` × `lanes-es tick SLUG --json`, started together as separate processes."""
-    command = [sys.executable, "-m", "tools.cli", "--root", engine.root, "tick", engine.slug, "--json", *extra]
+    command = [sys.executable, "-m", "lanes_es.cli.main", "--root", engine.root, "tick", engine.slug, "--json", *extra]
     return [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(count)]
 

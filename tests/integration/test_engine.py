@@ -172,7 +172,7 @@ def test_a_candidate_that_lost_the_lane_change_fails_the_identity_check(tmp_path
 
 
 def test_state_file_rebuilds_byte_for_byte_and_edits_are_reported(tmp_path, capsys):
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     engine = disjoint_pair(tmp_path)
     batch_id = engine.authorize(max_parallel=2)
@@ -194,7 +194,7 @@ def test_state_file_rebuilds_byte_for_byte_and_edits_are_reported(tmp_path, caps
 
 
 def test_the_demo_completes_with_one_commit_per_task_and_no_drift(tmp_path, capsys):
-    from tools.demo import TASKS, run_demo
+    from lanes_es.cli.demo import TASKS, run_demo
 
     lines: list[str] = []
     assert run_demo(str(tmp_path / "demo"), 3, out=lines.append) == 0

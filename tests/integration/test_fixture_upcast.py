@@ -23,9 +23,9 @@ from lanes_es.adapters.store import EventStore
 from lanes_es.audit.chain import sealed_bytes, verify_stored
 from lanes_es.audit.export import ExportError, read_export_log
 from lanes_es.domain import events as ev
-from projections.batch import fold_documents
+from lanes_es.projections.batch import fold_documents
 from tests.gitfixtures import run_git
-from tools.cli import main
+from lanes_es.cli.main import main
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 NAMES = ("demo", "parked", "resumed", "intervened")

@@ -91,7 +91,7 @@ def test_a_speculative_round_records_every_candidate_verdict_and_discard(tmp_pat
     assert rebuilt.reparented_from is not None and rebuilt.reparented_from != rebuilt.parent
     assert engine.batch.integration == "speculative"
     from lanes_es.audit.replay import replay
-    from projections.audit_html import render_audit_html
+    from lanes_es.projections.audit_html import render_audit_html
 
     events = engine.service.store.events(engine.batch.id)
     replayed = replay(events)
@@ -102,7 +102,7 @@ def test_a_speculative_round_records_every_candidate_verdict_and_discard(tmp_pat
 
 
 def test_a_batched_round_verifies_the_top_candidate_only_and_says_so(tmp_path: Path, capsys):
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     tasks = {f"t{index}": Task([f"t{index}.txt"]) for index in range(3)}
     engine, report = run_batch(tmp_path, tasks, "batched")
@@ -144,7 +144,7 @@ def flaky_once(counter: Path) -> str:
 
 @pytest.mark.parametrize("reruns", [0, 1])
 def test_the_flake_policy_reruns_a_check_from_before_the_lane_and_records_it(tmp_path: Path, reruns: int, capsys):
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     tasks = {"t0": Task(["t0.txt"], verification=flaky_once(tmp_path / "counter"))}
     engine = Engine.create(tmp_path, tasks)

@@ -67,7 +67,7 @@ async def host(root: str, tmp_path: Path, user: User | None = None, mode: str = 
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "tools.cli", "--root", root, "mcp"],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "lanes_es.cli.main", "--root", root, "mcp"],
                                    env=dict(os.environ), cwd=str(PROJECT))
     with open(tmp_path / "server.stderr", "a") as errlog:
         async with Client(stdio_client(params, errlog=errlog), elicitation_callback=user, mode=mode) as client:
@@ -83,7 +83,7 @@ async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, dict[
 
 def store_events(root: str) -> int:
     """How many events the Initiative's store holds (0 when it was never written)."""
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     store = build_service(root).store
     try:
@@ -93,7 +93,7 @@ def store_events(root: str) -> int:
 
 
 def cli(*args: str) -> int:
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     with contextlib.redirect_stdout(io.StringIO()):
         return main(list(args))

@@ -60,7 +60,7 @@ def torn_record(engine: Engine, monkeypatch: Any) -> None:
 
 
 def stop_task(engine: Engine, monkeypatch: Any) -> None:
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     assert main(["--root", engine.lane("task-a"), "task", "stop", "--reason", "the user stopped it"]) == 0
 

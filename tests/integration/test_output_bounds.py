@@ -33,7 +33,7 @@ LOUD = "import os, sys; w = sys.stdout.buffer.write; [w(b'x' * 1048576) for _ in
 # A `lanes-es run` peaks near 45 MiB; one that read a 50 MB output whole would pass this (subprocess's
 # capture joins the pieces it read: twice the output at once).
 PEAK_MEMORY_KIB = 100 * 1024
-EXECUTOR = f"{sys.executable} -P -m tools.example_executor"
+EXECUTOR = f"{sys.executable} -P -m lanes_es.cli.example_executor"
 TASKS = ("loud-qa", "loud-candidate", "quiet")
 
 
@@ -58,7 +58,7 @@ def autopilot(root: str, lanes: Path, *extra: str, env: dict[str, str] | None = 
     prelude = ("import atexit, re\natexit.register(lambda: open(%r, 'w').write(re.search(r'VmHWM:\\s*(\\d+)', "
                "open('/proc/self/status').read()).group(1)))\n" % str(peak))
     hint = json.dumps({task: {"path": f"{task}.txt", "content": "delivered\n"} for task in TASKS})
-    code = f"{prelude}import sys\nfrom tools.cli import main\nsys.exit(main(sys.argv[1:]))"
+    code = f"{prelude}import sys\nfrom lanes_es.cli.main import main\nsys.exit(main(sys.argv[1:]))"
     result = subprocess.run([sys.executable, "-c", code, "--root", root, "run", SLUG, "--max-parallel", "3",
                              "--lanes-dir", str(lanes), "--executor", EXECUTOR, "--yes", *extra],
                             cwd=root, text=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=300,
@@ -68,10 +68,10 @@ def autopilot(root: str, lanes: Path, *extra: str, env: dict[str, str] | None = 
 
 def batch_events(root: str) -> list[dict[str, Any]]:
     """The batch's whole log as `lanes-es export` gives it (one JSON object per event)."""
-    status = subprocess.run([sys.executable, "-m", "tools.cli", "--root", root, "status", SLUG, "--json"],
+    status = subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "--root", root, "status", SLUG, "--json"],
                             cwd=PROJECT, capture_output=True, text=True, check=True)
     batch_id = json.loads(status.stdout)["batch_id"]
-    exported = subprocess.run([sys.executable, "-m", "tools.cli", "--root", root, "export", batch_id],
+    exported = subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "--root", root, "export", batch_id],
                               cwd=PROJECT, capture_output=True, text=True, check=True)
     return [json.loads(line) for line in exported.stdout.splitlines()]
 
@@ -102,14 +102,14 @@ def test_a_check_writing_50_mb_is_cut_off_in_lane_qa_and_in_the_candidate_rerun_
     assert result.returncode == 3, said[-3000:]  # a person decides on the two loud tasks; no internal error
     assert "Traceback" not in said and "internal error" not in said
     assert peak < PEAK_MEMORY_KIB, peak
-    status = json.loads(subprocess.run([sys.executable, "-m", "tools.cli", "--root", root, "status", SLUG, "--json"],
+    status = json.loads(subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "--root", root, "status", SLUG, "--json"],
                                        cwd=PROJECT, capture_output=True, text=True, check=True).stdout)
     children = {child["task_id"]: child for child in status["children"]}
     assert children["quiet"]["state"] in ("integrated", "released"), children
     events = batch_events(root)
     assert any(cut_off(d) for d in digests(events, "loud-qa")), digests(events, "loud-qa")
     assert any(cut_off(d) for d in digests(events, "loud-candidate")), digests(events, "loud-candidate")
-    lane = subprocess.run([sys.executable, "-m", "tools.cli", "--root", str(tmp_path / "lanes" / "loud-qa"), "task",
+    lane = subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "--root", str(tmp_path / "lanes" / "loud-qa"), "task",
                            "status", "--json"], cwd=PROJECT, capture_output=True, text=True, check=True)
     assert json.loads(lane.stdout)["findings"] == [{"id": "loud-qa:A1", "reason": f"output exceeded {LIMIT} bytes"}]
     assert children["loud-qa"]["state"] == "enrolled"  # back to rework, its coordinator correction due

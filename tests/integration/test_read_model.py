@@ -13,7 +13,7 @@ from lanes_es.adapters.read_model import APPLICATION, ReadModel
 from lanes_es.adapters.store import EventStore
 from tests.engine import Engine, Task
 from tools.bench_logs import write_batch
-from tools.cli import main
+from lanes_es.cli.main import main
 
 
 def two_repositories(tmp_path, store_url):

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, o
 
 
 def cli(*args: str) -> tuple[int, str, str]:
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -20,10 +20,10 @@ from eventsourcing.persistence import StoredEvent
 
 from lanes_es.audit.export import parse_export_log, read_export_log, stored_line
 from lanes_es.audit.replay import replay
-from projections.batch import fold_documents
-from projections.files import canonical_bytes
+from lanes_es.projections.batch import fold_documents
+from lanes_es.projections.files import canonical_bytes
 from tests.gitfixtures import run_git
-from tools.cli import main
+from lanes_es.cli.main import main
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 NAMES = ("demo", "parked", "resumed", "intervened")  # what tools/record_fixtures.py records

@@ -16,10 +16,10 @@ from lanes_es.adapters import log_reader
 from lanes_es.adapters.store import EventStore, is_postgres_url
 from lanes_es.audit.chain import verify_stored
 from lanes_es.audit.replay import replay
-from projections.batch import fold_documents
-from projections.timeline import AnchorMarks
+from lanes_es.projections.batch import fold_documents
+from lanes_es.projections.timeline import AnchorMarks
 from tests.conftest import postgres_statement
-from tools.audit_cli import replay_command
+from lanes_es.cli.audit import replay_command
 from tools.bench_logs import write_batch
 
 BATCH = "batch-stream-1"

@@ -237,7 +237,7 @@ def test_a_recorded_batch_whose_plan_no_longer_matches_its_authorization_is_refu
 
 
 def test_the_reference_kernel_is_the_revisions_port(tmp_path):
-    """tools/compose.py wires the kernel as the Revisions port because it now applies delegated revisions."""
+    """lanes_es/bootstrap.py wires the kernel as the Revisions port because it now applies delegated revisions."""
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
     ports = engine.service.adapters.tick_ports(engine.root, engine.slug)
     assert isinstance(ports.revisions, ReferenceKernel)
@@ -297,7 +297,7 @@ class _CrashAfterEnrolling(BaseException):
 def test_a_crash_between_the_kernels_enrollment_and_its_event_adopts_the_claim(tmp_path, monkeypatch):
     """contracts §3.2 step 1, `lane_admitted` with the claim held: the next tick records `enrolled` with
     "adopted existing lane claim after interruption" and enrolls nothing again (the kernel keeps one run)."""
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
     engine.authorize()

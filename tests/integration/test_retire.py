@@ -12,7 +12,7 @@ import pytest
 from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.domain.report import TERMINAL_NEXT_ACTIONS
 from lanes_es.service import ServiceError
-from projections.files import report_path, state_path
+from lanes_es.projections.files import report_path, state_path
 from tests.engine import Engine, Task
 from tests.engine_more import batch_files, claim_path, enroll, make_engine, state_bytes
 
@@ -114,7 +114,7 @@ def test_without_an_active_batch_there_is_nothing_to_retire(tmp_path):
 
 
 def test_retire_through_the_cli(tmp_path, capsys, monkeypatch):
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     engine = parked_trio(tmp_path)
     parked = batch_files(engine)
@@ -171,7 +171,7 @@ def test_a_record_that_moves_while_the_user_decides_is_not_retired(tmp_path):
 
 def test_retire_through_the_cli_compares_the_record_read_before_the_prompt(tmp_path, capsys, monkeypatch):
     """The prompt is the gate: a record that moves while it is open is refused as plan_changed (exit 2)."""
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     engine, lane = running_with_nothing_in_flight(tmp_path)
 

@@ -105,7 +105,7 @@ def test_the_check_runs_only_for_a_new_batch(tmp_path):
 
 
 def test_the_cli_passes_the_executor_runtime(tmp_path, capsys):
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     engine = single(tmp_path)
     directory = runtime_dir(tmp_path, task_record=V3)

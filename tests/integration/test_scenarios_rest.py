@@ -32,7 +32,7 @@ pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, o
 
 def cli(*args: str) -> tuple[int, str, str]:
     """`lanes-es ARGS` in this process: (exit code, stdout, stderr)."""
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -283,7 +283,7 @@ def test_grp07_the_intent_overlap_command_emits_upstreams_read_only_report(tmp_p
                      files={"docs/initiatives/overlap.md": initiative_markdown(tasks)})
     paths = [str(Path(root, "docs/plans", f"{task}.intent.json")) for task in tasks]
     before = (all_refs(root), head(root), porcelain(root))
-    run = subprocess.run([sys.executable, "-m", "tools.cli", "intent", "overlap", *paths, "--json"],
+    run = subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "intent", "overlap", *paths, "--json"],
                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)

@@ -19,7 +19,7 @@ from lanes_es.adapters.store_open import repository_id
 from lanes_es.domain.initiative import Initiative, initiative_id
 from tests.engine import Engine, Task
 from tests.gitfixtures import run_git
-from tools.cli import main
+from lanes_es.cli.main import main
 
 SLUG = "shared"
 
@@ -154,7 +154,7 @@ def test_confirmations_given_at_once_by_several_processes_start_one_batch(tmp_pa
     engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"])}, slug=SLUG,
                            store_url=store_url)
     store = engine.service.store
-    command = [sys.executable, "-m", "tools.cli", "--root", engine.root, "authorize", SLUG, "--yes", "--json"]
+    command = [sys.executable, "-m", "lanes_es.cli.main", "--root", engine.root, "authorize", SLUG, "--yes", "--json"]
     other = EventStore(store.url, lock_dir=store.lock_dir)
     try:
         # Each process decides its confirmation (minting a batch id) before it waits for the lock held

@@ -67,7 +67,7 @@ def test_a_held_lease_is_refused_naming_its_holder_until_it_expires_or_its_proce
 
 
 def run_command(repo_root: str, lanes: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "tools.cli", "--root", repo_root, "run", SLUG, "--max-parallel", "3",
+    return [sys.executable, "-m", "lanes_es.cli.main", "--root", repo_root, "run", SLUG, "--max-parallel", "3",
             "--lanes-dir", str(lanes), "--executor", " ".join(EXECUTOR), "--yes", "--poll", "0.05", *extra]
 
 

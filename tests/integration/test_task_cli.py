@@ -12,7 +12,7 @@ import pytest
 
 from tests.gitfixtures import intent_json, requires_file, run_git, write_file
 from tests.integration.test_kernel import World
-from tools import task_cli
+from lanes_es.cli import task as task_cli
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("store_url")
@@ -21,9 +21,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def cli(cwd: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m tools.cli task ...` run from `cwd`, as an Executor would in its Lane."""
+    """`python -m lanes_es.cli.main task ...` run from `cwd`, as an Executor would in its Lane."""
     env = {**os.environ, "PYTHONPATH": REPO}
-    return subprocess.run([sys.executable, "-m", "tools.cli", "task", *args], cwd=cwd, env=env, text=True,
+    return subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "task", *args], cwd=cwd, env=env, text=True,
                           capture_output=True)
 
 

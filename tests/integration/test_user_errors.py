@@ -1,6 +1,6 @@
 """Every error a user can cause, through the real command line: one line, a code of the table, nothing written.
 
-Each test runs `python -m tools.cli` in a subprocess on a real repository (the demo's Initiative)
+Each test runs `python -m lanes_es.cli.main` in a subprocess on a real repository (the demo's Initiative)
 and a real store (SQLite and PostgreSQL: the `repo` fixture runs a test on each; `plain_repo` is for
 what is about SQLite files or needs no store), and checks the exit code, that the message names the thing and the next step,
 and that a refusal wrote nothing. The codes are lanes_es/exit_codes.py's.
@@ -21,7 +21,7 @@ import pytest
 
 from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_PIPE_CLOSED, EXIT_REFUSED
 from tests.store_rows import StoreRows, event_rows, store_exists, store_url_of
-from tools.demo import make_repository
+from lanes_es.cli.demo import make_repository
 
 PROJECT = str(Path(__file__).resolve().parents[2])
 SLUG = "demo"
@@ -30,7 +30,7 @@ SLUG = "demo"
 def lanes(cwd: Path | str, *args: str, env: dict[str, str] | None = None, stdout: int | None = None,
           prelude: str = "") -> subprocess.CompletedProcess[str]:
     """`lanes-es ARGS` in `cwd`; `prelude` runs first in the same interpreter (to hide a module)."""
-    code = f"{prelude}\nimport sys\nfrom tools.cli import main\nsys.exit(main(sys.argv[1:]))"
+    code = f"{prelude}\nimport sys\nfrom lanes_es.cli.main import main\nsys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, text=True, stdin=subprocess.DEVNULL,
                           stdout=stdout if stdout is not None else subprocess.PIPE, stderr=subprocess.PIPE,
                           env={**os.environ, "PYTHONPATH": PROJECT, **(env or {})}, timeout=120)
@@ -235,7 +235,7 @@ def test_read_only_commands_work_on_a_read_only_store_and_writers_say_why(plain_
     probe = read_only_mount(store_of(repo).parent, "true")
     if probe.returncode != 0:
         pytest.skip(f"no private mount namespace here ({probe.stderr.strip()})")
-    command = [sys.executable, "-c", "import sys; from tools.cli import main; sys.exit(main(sys.argv[1:]))",
+    command = [sys.executable, "-c", "import sys; from lanes_es.cli.main import main; sys.exit(main(sys.argv[1:]))",
                "--root", str(repo)]
     os.environ.setdefault("PYTHONPATH", PROJECT)
     for args in (["status", SLUG], ["verify", batch_id], ["replay", batch_id], ["rebuild", batch_id, "--check"],
@@ -570,7 +570,7 @@ marks = pathlib.Path(sys.argv[1])
 (marks / (os.environ["LANES_ES_TASK_ID"] + ".started")).write_text(str(os.getpid()))
 while not (marks / "go").exists():  # held until the test lets it deliver
     time.sleep(0.05)
-os.execv(sys.executable, [sys.executable, "-P", "-m", "tools.example_executor"])
+os.execv(sys.executable, [sys.executable, "-P", "-m", "lanes_es.cli.example_executor"])
 """
 
 
@@ -590,7 +590,7 @@ def test_ctrl_c_while_executors_work_says_what_happened_and_the_next_run_goes_on
     import signal
     import time
 
-    from tools.demo import executor_hints
+    from lanes_es.cli.demo import executor_hints
 
     repo, marks = tmp_path / "repo", tmp_path / "marks"
     make_repository(repo)
@@ -765,14 +765,14 @@ if not (marks / "filled").exists():  # the first Executor fills the disk, then g
     except OSError:
         pass
     sys.exit(1)
-os.execv(sys.executable, [sys.executable, "-P", "-m", "tools.example_executor"])
+os.execv(sys.executable, [sys.executable, "-P", "-m", "lanes_es.cli.example_executor"])
 """
 
 
 def test_the_autopilot_on_a_disk_that_fills_up_ends_with_a_named_cause_and_goes_on_once_freed(small_disk, tmp_path):
     """The lease given back at the end fails too on a full disk: that must not hide why the run ended (it was
     an internal error)."""
-    from tools.demo import executor_hints
+    from lanes_es.cli.demo import executor_hints
 
     root, marks = small_disk / "repo", tmp_path / "marks"
     make_repository(root)
@@ -850,7 +850,7 @@ def test_ctrl_c_during_a_ticks_qa_exits_130_and_the_next_tick_goes_on(repo, tmp_
     subprocess.run(["git", "worktree", "add", "-q", "-b", handoff["lane_branch"], str(lane), handoff["base_head"]],
                    cwd=repo, check=True)
     assert lanes(repo, "tick", SLUG, "--offer", f"{task}={lane}").returncode == EXIT_OK
-    from tools.demo import TASKS
+    from lanes_es.cli.demo import TASKS
 
     (lane / TASKS[task][4]).parent.mkdir(parents=True, exist_ok=True)
     (lane / TASKS[task][4]).write_text(TASKS[task][5])

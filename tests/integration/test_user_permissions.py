@@ -23,7 +23,7 @@ from typing import Iterator
 import pytest
 
 from lanes_es.exit_codes import EXIT_OK, EXIT_REFUSED
-from tools.demo import make_repository
+from lanes_es.cli.demo import make_repository
 
 PROJECT = str(Path(__file__).resolve().parents[2])
 USER = "lanes-es-i11"
@@ -46,7 +46,7 @@ class AsUser:
         return env
 
     def __call__(self, cwd: Path, *args: str, store: str | None = None) -> subprocess.CompletedProcess[str]:
-        code = "import sys\nfrom tools.cli import main\nsys.exit(main(sys.argv[1:]))"
+        code = "import sys\nfrom lanes_es.cli.main import main\nsys.exit(main(sys.argv[1:]))"
         return subprocess.run(["runuser", "-u", USER, "--", "env", "-i", *(f"{k}={v}" for k, v in self.env(store).items()),
                                self.python, "-c", code, *args], cwd=cwd, text=True, capture_output=True,
                               stdin=subprocess.DEVNULL, timeout=120)
@@ -279,7 +279,7 @@ def test_a_repository_another_user_owns_is_named_as_such(as_user, tmp_path):
 
 def offered_lane(as_user: AsUser, repo: Path, store: str | None) -> tuple[str, Path]:
     """The first provision handoff made into a Lane (as USER) and offered; the task's work written in it."""
-    from tools.demo import TASKS
+    from lanes_es.cli.demo import TASKS
 
     assert as_user(repo, "authorize", SLUG, "--yes", "--max-parallel", "2", store=store).returncode == EXIT_OK
     tick = as_user(repo, "tick", SLUG, "--json", store=store)

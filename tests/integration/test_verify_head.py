@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.engine import Engine, Task
 from tests.store_rows import StoreRows
-from tools.cli import main
+from lanes_es.cli.main import main
 
 
 def test_a_log_cut_short_fails_against_the_head_recorded_before(tmp_path, capsys, store_url):

@@ -44,7 +44,7 @@ EXPECTED = {
 
 
 def cli(*args: str) -> tuple[int, str, str]:
-    from tools.cli import main
+    from lanes_es.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -165,7 +165,7 @@ def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monke
     from tests.gitfixtures import intent_json, make_repo
     from tests.engine import initiative_markdown
     from lanes_es.steward.run import run_autopilot
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     tasks = {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])}  # max_parallel 1: s2 waits for s1
     root = make_repo(tmp_path / "repo", intents={t: intent_json(t, task.scope) for t, task in tasks.items()},
@@ -361,7 +361,7 @@ def test_an_autopilot_run_in_another_checkout_is_refused_and_makes_no_lane(tmp_p
     """`lanes-es run` from a clone sharing the store: the first tick is refused with the reason, the
     autopilot exits 2 without making a Lane or starting an Executor, and neither checkout changes."""
     from lanes_es.steward.run import run_autopilot
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     engine = mid_batch(tmp_path)
     clone = other_checkout(engine, tmp_path)

@@ -5,7 +5,7 @@ from, the checkout dirtied).
 Each move returns what the user's own files hold afterwards (path -> bytes), so a test can check
 they are byte-identical once the engine has refused or parked. Run as a module, it is an
 Executor for `lanes-es run`: it makes the move named by LANES_ES_TEST_MOVE in the coordinator
-(LANES_ES_ROOT) once, then delivers as tools.example_executor does.
+(LANES_ES_ROOT) once, then delivers as lanes_es.cli.example_executor does.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main() -> int:
                           os.environ["LANES_ES_TEST_OTHER_TASK"])
         marker.write_text(json.dumps({"head_before": head_before, "head_after": _git(root, "rev-parse", branch),
                                       "files": {path: data.hex() for path, data in files.items()}}))
-    from tools.example_executor import main as deliver
+    from lanes_es.cli.example_executor import main as deliver
 
     return deliver()
 

@@ -11,8 +11,8 @@ from tests.unit.audit_logs import completed_log, parked_log
 from lanes_es.adapters.store import EventStore
 from lanes_es.audit.chain import verify_chain
 from lanes_es.audit.export import ExportError, export_lines, read_export, rebuild_from_export, write_export
-from projections.batch import fold_documents
-from projections.files import report_path, state_path
+from lanes_es.projections.batch import fold_documents
+from lanes_es.projections.files import report_path, state_path
 
 
 def test_each_line_is_one_sorted_object_with_topic_and_identity():

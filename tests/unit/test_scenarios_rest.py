@@ -215,7 +215,7 @@ def confirmation_facts(max_parallel: int = 2) -> dict[str, Any]:
 
 def test_del01_the_mcp_gate_offers_one_delegation_boolean_default_false():
     from lanes_es.steward.confirmation import REVISION_DELEGATION_TEXT, confirmation_text
-    from tools.mcp_server import confirm_schema
+    from lanes_es.mcp_server import confirm_schema
 
     facts = confirmation_facts()
     assert facts["lane_mode"]["offer_revision_delegation"] is True  # lanes-es always runs lane mode

@@ -7,7 +7,8 @@ same reader, pointed at the steward (lanes_es/steward/lanes.py), finds its `work
 `worktree remove`: the control that shows the reader sees such calls when they are there.
 
 The steward lives in the engine (lanes_es/steward/, DESIGN §1) since the autopilot's logic left
-tools/ (issue 10): so "the runtime never runs `git worktree`" reads "nothing in lanes_es/ but
+tools/ (issue 10); the entry points now ship inside the package (lanes_es/cli/, lanes_es/mcp_server.py),
+so "the runtime never runs `git worktree`" reads "nothing in lanes_es/ but
 the steward package does", and the steward package must not reach into the tick's modules.
 
 The dynamic half (LANE-ENR-04) runs two children to completion on real git and watches every
@@ -30,7 +31,9 @@ PROJECT = Path(__file__).resolve().parents[2]
 LANE_MODULES = [*sorted(str(path.relative_to(PROJECT)) for path in (PROJECT / "lanes_es" / "tick").glob("*.py")),
                 "lanes_es/adapters/lane_git.py", "lanes_es/service.py"]
 # The entry points that stand where upstream's Host adapters stand.
-ENTRY_POINTS = ["tools/cli.py", "tools/mcp_server.py", "tools/autopilot.py"]
+ENTRY_POINTS = ["lanes_es/cli/main.py", "lanes_es/mcp_server.py", "lanes_es/cli/run.py"]
+# The entry points' packages: they drive the steward and the use cases, as a Host does.
+ENTRY_PACKAGES = ("lanes_es/cli/", "lanes_es/mcp_server.py")
 # The only code allowed to make and remove Lanes (DESIGN §1: "only the steward provisions and removes Lanes").
 STEWARD = "lanes_es/steward"
 STEWARD_LANES = "lanes_es/steward/lanes.py"
@@ -114,8 +117,10 @@ def string_constants(relative: str) -> Iterator[tuple[int, str]]:
 
 
 def python_modules(*directories: str) -> list[str]:
-    return sorted(str(path.relative_to(PROJECT)) for directory in directories
-                  for path in (PROJECT / directory).rglob("*.py"))
+    # lanes_es/projections is a link to the top-level projections/ (what ships); each file is read once
+    return sorted({str(path.relative_to(PROJECT)) for directory in directories
+                   for path in (PROJECT / directory).rglob("*.py")
+                   if not path.relative_to(PROJECT).parts[:2] == ("lanes_es", "projections")})
 
 
 # ---------------------------------------------------------------- the reader itself
@@ -148,20 +153,20 @@ def test_stat01_the_lane_modules_never_switch_or_manage_worktrees(module):
 def test_stat01_only_the_steward_runs_worktree_commands():
     """Nothing in the runtime (lanes_es/ outside the steward, projections/) runs `git worktree`.
 
-    The steward moved from tools/autopilot.py into lanes_es/steward/ (issue 10: tools/ keeps thin
-    entry points), so the one place allowed in lanes_es/ is the steward's Lane module; the
-    entry point tools/autopilot.py keeps no git call at all. tools/ may still make worktrees for
-    the demo and the benchmarks, as a person playing the steward would.
+    The steward lives in lanes_es/steward/, so the one place allowed in lanes_es/ is the steward's
+    Lane module; the `run` entry point (lanes_es/cli/run.py) keeps no git call at all. tools/ may
+    still make worktrees for the benchmarks, as a person playing the steward would.
     """
     worktree_calls = {module for module in python_modules("lanes_es", "projections")
                       for call in git_calls(module) if call.subcommand == "worktree"}
     assert worktree_calls == {STEWARD_LANES}
-    assert git_calls("tools/autopilot.py") == []
+    assert git_calls("lanes_es/cli/run.py") == []
 
 
 def test_stat01_the_tick_does_not_import_the_steward():
     """The arrows point one way (DESIGN §1): the steward drives the service; the runtime never calls the steward."""
-    importers = [module for module in python_modules("lanes_es", "projections") if not module.startswith(STEWARD)
+    importers = [module for module in python_modules("lanes_es", "projections")
+                 if not module.startswith(STEWARD) and not module.startswith(ENTRY_PACKAGES)
                  for node in ast.walk(parse(module)) if isinstance(node, ast.ImportFrom)
                  and (node.module or "").startswith("lanes_es.steward")]
     assert importers == []
@@ -201,7 +206,7 @@ def test_stat02_the_integrators_only_removal_is_its_own_temporary_directory():
 # ---------------------------------------------------------------- LANE-STAT-03
 
 
-@pytest.mark.parametrize("module", python_modules("lanes_es") + ENTRY_POINTS)
+@pytest.mark.parametrize("module", python_modules("lanes_es", "projections"))
 def test_stat03_no_workspace_tool_environment_variable_is_named(module):
     assert not re.search("herdr", (PROJECT / module).read_text(encoding="utf-8"), re.IGNORECASE)
 

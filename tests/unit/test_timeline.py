@@ -9,8 +9,8 @@ import msgspec
 
 from tests.unit.audit_logs import at, completed_log, long_log, parked_log, sha
 from lanes_es.domain import events as ev
-from projections.audit_html import render_audit_html
-from projections.timeline import tasks_in_plan_order, timeline
+from lanes_es.projections.audit_html import render_audit_html
+from lanes_es.projections.timeline import tasks_in_plan_order, timeline
 
 
 def test_one_row_per_event_with_the_card_transition_names():

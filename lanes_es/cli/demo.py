@@ -46,7 +46,7 @@ def register(commands: Any) -> None:
         "demo", help="run a whole batch on a new temporary repository",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     command.add_argument("--dir", default=None, help="where to make the repository (default: a new temp dir)")
-    from tools.cli import positive_int
+    from lanes_es.cli.main import positive_int
 
     command.add_argument("--max-parallel", type=positive_int, default=3, help="Lanes in flight at once (default 3)")
     command.add_argument("--no-run", action="store_true",
@@ -131,7 +131,7 @@ def executor_hints() -> dict[str, dict[str, str]]:
 
 def example_executor(hints: Path | None = None) -> list[str]:
     """The scripted Executor's argv: this interpreter (it has lanes-es), -P so a Lane's files never shadow it."""
-    return [sys.executable, "-P", "-m", "tools.example_executor", *(["--hints", str(hints)] if hints else [])]
+    return [sys.executable, "-P", "-m", "lanes_es.cli.example_executor", *(["--hints", str(hints)] if hints else [])]
 
 
 def demo_places(directory: str | None) -> tuple[Path, Path, Path]:
@@ -163,8 +163,8 @@ def make_only(directory: str | None, max_parallel: int = 3, out: Callable[[str],
 def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], None] = print) -> int:
     """Make the repository, then let the autopilot play Parent, steward and (scripted) Executor to the end."""
     from lanes_es.steward.run import run_autopilot
-    from tools.cli import main as cli
-    from tools.compose import build_service
+    from lanes_es.cli.main import main as cli
+    from lanes_es.bootstrap import build_service
 
     base, repo, lanes = demo_places(directory)
     make_repository(repo)

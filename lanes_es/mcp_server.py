@@ -40,7 +40,7 @@ from lanes_es.domain.inputs import (
 from lanes_es.errors import Refusal
 from lanes_es.service import BatchBusy, Confirmation, LanesService, RetireTarget, ServiceError
 from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
-from projections.timeline import timeline
+from lanes_es.projections.timeline import timeline
 from lanes_es.steward.confirmation import (
     REVISION_DELEGATION_TEXT, authorization_needed, confirmation_text, facts_digest, recorded_max_parallel,
 )
@@ -551,15 +551,14 @@ def register(commands: Any) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import anyio
-
-    try:
+    try:  # anyio comes with the SDK: without the extra, every one of these is missing
+        import anyio
         from mcp.server.lowlevel import Server  # noqa: F401 - only to say clearly what is missing
         import mcp_types  # noqa: F401
     except ImportError:
         raise ServiceError("mcp_sdk_missing", "the MCP Python SDK 2.x is not installed; install it with "
                                               "`pip install 'lanes-es[mcp]'` (or `pip install 'mcp>=2'`)") from None
-    from tools.cli import service_of
+    from lanes_es.cli.main import service_of
 
     service = service_of(args)
     anyio.run(serve_stdio, service)

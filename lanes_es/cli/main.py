@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_REFUSED, exit_code_text
-from tools.cli_errors import run_guarded
+from lanes_es.cli.errors import run_guarded
 
 if TYPE_CHECKING:
     from lanes_es.service import LanesService
@@ -41,20 +41,20 @@ EPILOG = "Exit codes (every command):\n" + exit_code_text()
 # `lanes-es --help`, `status` and `task submit` start fast. A module's `register(commands)`
 # adds its commands; the help here is what `lanes-es --help` lists without importing it.
 COMMAND_MODULES: dict[str, tuple[str, str]] = {
-    "task": ("tools.task_cli", "the Executor's commands inside a Lane: status, check, submit, review, stop"),
-    "replay": ("tools.audit_cli", "replay a batch's log, checking every step"),
-    "verify": ("tools.audit_cli", "verify a batch: chain, projections and, when completed, the batch branch"),
-    "export": ("tools.audit_cli", "write a batch's log as JSON Lines"),
-    "audit": ("tools.audit_cli", "write a batch's audit page (one self-contained HTML file)"),
-    "key": ("tools.anchor_cli", "the signing key of checkpoints and attestations"),
-    "prove": ("tools.anchor_cli", "print an inclusion proof of one event in the batch's signed checkpoint"),
-    "verify-proof": ("tools.anchor_cli", "check an inclusion proof against a checkpoint and a public key alone"),
-    "intent": ("tools.intent_cli", "read-only reports on TaskIntents: the scope overlap of intent files"),
-    "batches": ("tools.batches_cli", "list every batch in the store: repository, state, children by status"),
-    "demo": ("tools.demo", "run a whole batch on a new temporary repository"),
+    "task": ("lanes_es.cli.task", "the Executor's commands inside a Lane: status, check, submit, review, stop"),
+    "replay": ("lanes_es.cli.audit", "replay a batch's log, checking every step"),
+    "verify": ("lanes_es.cli.audit", "verify a batch: chain, projections and, when completed, the batch branch"),
+    "export": ("lanes_es.cli.audit", "write a batch's log as JSON Lines"),
+    "audit": ("lanes_es.cli.audit", "write a batch's audit page (one self-contained HTML file)"),
+    "key": ("lanes_es.cli.anchor", "the signing key of checkpoints and attestations"),
+    "prove": ("lanes_es.cli.anchor", "print an inclusion proof of one event in the batch's signed checkpoint"),
+    "verify-proof": ("lanes_es.cli.anchor", "check an inclusion proof against a checkpoint and a public key alone"),
+    "intent": ("lanes_es.cli.intent", "read-only reports on TaskIntents: the scope overlap of intent files"),
+    "batches": ("lanes_es.cli.batches", "list every batch in the store: repository, state, children by status"),
+    "demo": ("lanes_es.cli.demo", "run a whole batch on a new temporary repository"),
     "bench": ("tools.bench", "benchmarks: git spawns and tick time, start-up, store, checkpoint, integration"),
-    "run": ("tools.autopilot", "the autopilot: run an Initiative's batch to the end"),
-    "mcp": ("tools.mcp_server", "serve the engine over MCP stdio (needs the mcp extra)"),
+    "run": ("lanes_es.cli.run", "the autopilot: run an Initiative's batch to the end"),
+    "mcp": ("lanes_es.mcp_server", "serve the engine over MCP stdio (needs the mcp extra)"),
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--root", "--store")
 DEFAULT_TICK_WAIT = 5.0  # lanes_es.service.DEFAULT_LOCK_WAIT, not imported so that building the parser stays cheap
@@ -88,6 +88,7 @@ def build_parser(selected: str | None = "*") -> argparse.ArgumentParser:
     """The parser; with `selected` a command word, only that command's module is imported ("*": every one)."""
     parser = argparse.ArgumentParser(prog="lanes-es", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_VersionAction, help="print the installed version of lanes-es and exit")
     parser.add_argument("--root", default=".", help="the coordinator checkout (default: the current directory)")
     parser.add_argument("--store", default=None,
                         help="event store URL: a SQLite path, sqlite:///PATH, postgresql://USER@HOST:PORT/DB or memory: "
@@ -104,10 +105,30 @@ def build_parser(selected: str | None = "*") -> argparse.ArgumentParser:
     for module in modules:
         if selected == "*" or COMMAND_MODULES.get(selected or "", ("",))[0] == module:
             _register_optional(module, commands)
-    for name, (_, help_text) in COMMAND_MODULES.items():
+    for name, (module, help_text) in COMMAND_MODULES.items():
         if name not in commands.choices:
-            commands.add_parser(name, help=help_text, add_help=False)
+            placeholder = commands.add_parser(name, help=help_text, add_help=False)
+            if selected == name:  # asked for, and its module is not installed: whatever follows, say why
+                placeholder.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+                placeholder.set_defaults(func=lambda args, name=name: _not_installed(name))
     return parser
+
+
+class _VersionAction(argparse.Action):
+    """`--version`, read from the installed distribution only when asked (importlib.metadata costs start-up)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("lanes-es")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            found = "unknown (not installed)"
+        print(f"lanes-es {found}")  # on stdout, as git and pip print theirs
+        parser.exit()
 
 
 def _register_optional(module: str, commands: Any) -> None:
@@ -117,15 +138,24 @@ def _register_optional(module: str, commands: Any) -> None:
     try:
         loaded = importlib.import_module(module)
     except ModuleNotFoundError as error:
-        if error.name == module:
+        if module.startswith(f"{error.name}.") or error.name == module:
             return
         raise
     loaded.register(commands)
 
 
+def _not_installed(name: str) -> int:
+    from lanes_es.errors import Refusal
+
+    # The benchmarks (tools/) are the project's own tooling and stay out of the installed package.
+    raise Refusal(f"source_checkout_needed: `lanes-es {name}` runs from a source checkout of lanes-es (its "
+                  f"tools/ folder is not installed with the package); clone the repository, `pip install -e .` "
+                  f"there, and run `lanes-es {name}` in it")
+
+
 def service_of(args: argparse.Namespace, read_only: bool = False) -> LanesService:
     """The service on the store of --store; `read_only` for a command that writes nothing (works on a read-only store)."""
-    from tools.compose import build_service
+    from lanes_es.bootstrap import build_service
 
     return build_service(args.root, args.store, read_only=read_only)
 
@@ -472,7 +502,7 @@ def _add_flakes(commands: Any) -> None:
 
 
 def _flakes(args: argparse.Namespace) -> int:
-    from projections.flakes import flaky_checks
+    from lanes_es.projections.flakes import flaky_checks
 
     service = service_of(args, read_only=True)
     rows = flaky_checks((batch_id, service.store.events(batch_id)) for batch_id in service.store.batch_ids())
@@ -500,7 +530,7 @@ def _rebuild(args: argparse.Namespace) -> int:
 
     if args.from_export:
         from lanes_es.audit.export import ExportError, rebuild_from_export
-        from tools.compose import locate_repository
+        from lanes_es.bootstrap import locate_repository
 
         try:
             written = rebuild_from_export(args.from_export, locate_repository(args.root).root)
@@ -511,7 +541,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         return 0
     service = service_of(args, read_only=args.check)
     if args.all:
-        from tools.batches_cli import rebuild_all
+        from lanes_es.cli.batches import rebuild_all
 
         return rebuild_all(service, check=args.check)
     if args.batch_id:

@@ -60,7 +60,7 @@ def _summaries(args: argparse.Namespace) -> list[Any]:
     """The read model's lines; on a store this user cannot write, or none yet, folded from the log in memory
     (writes nothing)."""
     from lanes_es.adapters.read_model import fold_from_scratch, select_lines
-    from tools.cli import service_of
+    from lanes_es.cli.main import service_of
 
     service = service_of(args, read_only=True)
     try:

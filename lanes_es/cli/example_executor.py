@@ -14,7 +14,7 @@ The path must be inside the task's scope_hint: a lane commit refuses anything el
 nothing for a task that waits for something other than its submission (a Review, say), and
 exits 2 when it cannot work, with the reason on stderr.
 
-    lanes-es run SLUG --max-parallel 3 --lanes-dir ../lanes --executor "python -m tools.example_executor"
+    lanes-es run SLUG --max-parallel 3 --lanes-dir ../lanes --executor "python -m lanes_es.cli.example_executor"
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from typing import Any
 from lanes_es.domain.intent import is_path_allowed_for_child
 
 EXIT_OK, EXIT_CANNOT_WORK = 0, 2
-SOURCE_ROOT = Path(__file__).resolve().parents[1]
 
 
 class CannotWork(Exception):
@@ -75,10 +74,10 @@ def deliver(lane: Path, task_id: str, scope: list[str], relative: str, content: 
 
 
 def submit(lane: Path) -> int:
-    """`lanes-es task submit` in the Lane, through this interpreter (-P: the Lane's files never shadow lanes-es)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SOURCE_ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([sys.executable, "-P", "-m", "tools.cli", "--root", str(lane), "task", "submit"],
-                          cwd=lane, env=env).returncode
+    """`lanes-es task submit` in the Lane, through this interpreter, which imported lanes-es to run this
+    module (-P: the Lane's files never shadow lanes-es)."""
+    return subprocess.run([sys.executable, "-P", "-m", "lanes_es.cli.main", "--root", str(lane), "task", "submit"],
+                          cwd=lane).returncode
 
 
 def hint_text(argv: list[str]) -> str | None:

@@ -113,7 +113,7 @@ class AnchorOptions:
 
 
 def _repository(root: str | Path | None) -> Any:
-    from tools.compose import locate_repository
+    from lanes_es.bootstrap import locate_repository
 
     try:
         return locate_repository(root or ".")
@@ -134,7 +134,7 @@ def _read_text(path: str, what: str) -> str:
 def _key_show(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from lanes_es.adapters.signing_key import load_signer
     from lanes_es.audit.signing import KeyError_
-    from tools.compose import locate_repository
+    from lanes_es.bootstrap import locate_repository
 
     repository = locate_repository(args.root)
     try:
@@ -149,7 +149,7 @@ def _key_show(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def _prove(args: argparse.Namespace) -> int:
-    from tools.audit_cli import _with_store
+    from lanes_es.cli.audit import _with_store
 
     return _with_store(args, lambda store, root: prove_command(store, root, args.batch_id, args.event,
                                                               Path(args.output) if args.output else None))
@@ -161,7 +161,7 @@ def prove_command(store: Any, root: Path, batch_id: str, version: int, output: P
     from lanes_es.audit import merkle
     from lanes_es.audit.anchor import leaf_data, log_leaves
     from lanes_es.audit.signed_note import Checkpoint, NoteError
-    from tools.audit_cli import load_rows
+    from lanes_es.cli.audit import load_rows
 
     rows = load_rows(store, batch_id)
     note, _ = read_anchor(str(root), batch_id)
@@ -200,7 +200,7 @@ def verify_proof_command(path: Path, public_key: str, checkpoint_file: str | Non
     """Needs no store and no repository: the proof, a checkpoint and a public key."""
     from lanes_es.audit import merkle
     from lanes_es.audit.signed_note import Checkpoint, NoteError
-    from tools.audit_cli import EXIT_FAILED
+    from lanes_es.cli.audit import EXIT_FAILED
 
     out = out or sys.stdout
     proof = _read_proof(path)
@@ -258,7 +258,7 @@ def anchor_marks(root: Path | str | None, batch_id: str) -> Any:
     `lanes-es verify` checks them)."""
     from lanes_es.adapters.anchor_git import checkpoint_history, read_anchor
     from lanes_es.audit.signed_note import Checkpoint, NoteError
-    from projections.timeline import AnchorMarks
+    from lanes_es.projections.timeline import AnchorMarks
 
     if root is None:
         return AnchorMarks()

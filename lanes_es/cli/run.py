@@ -35,13 +35,13 @@ It stops on completed, needs_human, budget_stopped, failed, a rejected tick or a
 coordinator handoff, and when nothing more can happen without you; the summary says what to
 do next. Interrupted or killed, run the same command again: it goes on from the log.
 
-Try it on the demo's Initiative, with the demo's scripted Executor (tools.example_executor: it
+Try it on the demo's Initiative, with the demo's scripted Executor (lanes_es.cli.example_executor: it
 writes what its hints name, so elsewhere its work fails the task's checks):
 
   DIR=$(mktemp -d)
   lanes-es demo --dir "$DIR" --no-run
   lanes-es --root "$DIR/repo" run demo --max-parallel 3 --lanes-dir "$DIR/lanes" --yes \\
-    --executor "{python} -P -m tools.example_executor --hints $DIR/executor-hints.json"
+    --executor "{python} -P -m lanes_es.cli.example_executor --hints $DIR/executor-hints.json"
 
 With your own Executor:
   lanes-es --root REPO run SLUG --max-parallel 3 --lanes-dir ../lanes --executor "my-agent --task-from-env"
@@ -55,7 +55,7 @@ RUN_EPILOG = ("Exit codes: 0 completed, 3 stopped (needs_human, budget_stopped, 
 
 
 def register(commands: Any) -> None:
-    from tools.cli import positive_int
+    from lanes_es.cli.main import positive_int
 
     command = commands.add_parser("run", help="the autopilot: run an Initiative's batch to the end",
                                   description=RUN_DESCRIPTION.format(python=sys.executable), epilog=RUN_EPILOG,
@@ -79,7 +79,7 @@ def register(commands: Any) -> None:
     command.add_argument("--wait", type=_seconds_up_to(86400, zero=True), default=0.0, metavar="SECONDS",
                          help="when another autopilot runs this Initiative, wait up to SECONDS for it to end "
                               "(default: refuse at once, naming it)")
-    from tools.cli import add_integration_options
+    from lanes_es.cli.main import add_integration_options
 
     add_integration_options(command)  # with a new confirmation
     command.add_argument("--poll", type=_seconds_up_to(60), default=1.0, metavar="SECONDS",
@@ -106,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     from lanes_es.domain.inputs import parse_final_verification
     from lanes_es.service import ServiceError
     from lanes_es.steward.run import run_autopilot
-    from tools.cli import service_of
+    from lanes_es.cli.main import service_of
 
     try:
         argv = shlex.split(args.executor)

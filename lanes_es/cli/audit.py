@@ -28,9 +28,9 @@ from lanes_es.domain.ids import is_valid_id
 from lanes_es.errors import naming
 from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK
 from lanes_es.service import ServiceError
-from projections.audit_html import render_audit_html
-from projections.timeline import AnchorMarks, TimelineRow
-from tools.anchor_cli import AnchorOptions, anchor_marks
+from lanes_es.projections.audit_html import render_audit_html
+from lanes_es.projections.timeline import AnchorMarks, TimelineRow
+from lanes_es.cli.anchor import AnchorOptions, anchor_marks
 
 EXIT_FAILED = EXIT_FINDING  # a check that does not hold: 1, as `rebuild --check` reports drift
 
@@ -87,7 +87,7 @@ def register(commands: Any) -> None:
 
 
 def _open(args: argparse.Namespace) -> tuple[Any, Path]:
-    from tools.compose import locate_repository, open_store
+    from lanes_es.bootstrap import locate_repository, open_store
 
     repository = locate_repository(args.root)
     return open_store(repository, getattr(args, "store", None), read_only=True), repository.root
