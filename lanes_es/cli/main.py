@@ -111,7 +111,52 @@ def build_parser(selected: str | None = "*") -> argparse.ArgumentParser:
             if selected == name:  # asked for, and its module is not installed: whatever follows, say why
                 placeholder.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
                 placeholder.set_defaults(func=lambda args, name=name: _not_installed(name))
+    _with_exit_codes(parser)
     return parser
+
+
+def _with_exit_codes(parser: argparse.ArgumentParser) -> None:
+    """Every command's --help ends with the exit-code table, kept line for line."""
+    if parser.formatter_class is argparse.HelpFormatter:
+        parser.formatter_class = HelpFormatter
+    if EPILOG not in (parser.epilog or ""):
+        parser.epilog = f"{parser.epilog}\n\n{EPILOG}" if parser.epilog else EPILOG
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if sub.add_help:  # a placeholder of a command whose module is missing has no help of its own
+                    _with_exit_codes(sub)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's, except that an indented line (a table row, an example) is kept as written.
+
+    Plain lines are wrapped to the terminal as argparse does; a line that starts with spaces, and
+    each line starting a list item, starts a line of its own.
+    """
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        lines: list[str] = []
+        prose: list[str] = []
+
+        def flush() -> None:
+            if prose:
+                lines.append(textwrap.fill(" ".join(prose), width, initial_indent=indent, subsequent_indent=indent))
+                prose.clear()
+
+        for line in text.splitlines():
+            if not line.strip() or line[:1].isspace() or line.startswith(("- ", "* ")):
+                flush()
+                if line.startswith(("- ", "* ")):
+                    prose.append(line.strip())
+                else:
+                    lines.append(indent + line if line.strip() else "")
+            else:
+                prose.append(line.strip())
+        flush()
+        return "\n".join(lines)
 
 
 class _VersionAction(argparse.Action):

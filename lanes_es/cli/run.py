@@ -47,8 +47,8 @@ With your own Executor:
   lanes-es --root REPO run SLUG --max-parallel 3 --lanes-dir ../lanes --executor "my-agent --task-from-env"
 """
 
-RUN_EPILOG = ("Exit codes: 0 completed, 3 stopped (needs_human, budget_stopped, failed, a coordinator handoff, "
-              "no progress), 2 rejected or refused, 70 internal error, 130 interrupted.")
+RUN_EPILOG = ("It exits 0 when the batch completed, 3 when it stopped for a person (needs_human,\n"
+              "budget_stopped, failed, a coordinator handoff, a failed final verification, no progress).")
 
 
 # ---------------------------------------------------------------- command line
