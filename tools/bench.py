@@ -35,7 +35,8 @@ def register(commands: Any) -> None:
 
 INSPECT_LANE_TARGET = 1  # spawns of one inspect_lane: its status (git dirs come from git's own files)
 # Each module's `register(subparsers)` adds `lanes-es bench WHAT`; add yours here.
-OTHER_BENCHMARKS = ("tools.bench_anchor", "tools.bench_store", "tools.bench_integration", "tools.bench_startup")
+OTHER_BENCHMARKS = ("tools.bench_anchor", "tools.bench_store", "tools.bench_integration", "tools.bench_startup",
+                    "tools.bench_plan")
 
 
 def _intent(task_id: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
 from .jstext import MAX_SAFE_INTEGER, js_trim
@@ -29,34 +30,44 @@ def _field(child: Any, name: str) -> Any:
 
 def scope_prefix(entry: Any) -> list[str]:
     """The literal directory segments an entry is confined to; `[]` means "could be anywhere"."""
-    if not isinstance(entry, str):
-        return []
+    return list(_prefix_of(entry)) if isinstance(entry, str) else []
+
+
+@lru_cache(maxsize=65536)
+def _prefix_of(entry: str) -> tuple[str, ...]:
+    """`scope_prefix` of a text entry, kept: a plan compares each entry with many others."""
     value = js_trim(entry).lower()
     while value.startswith("./"):
         value = value[2:]
     if not value or value.startswith("/") or "\\" in value:
-        return []
+        return ()
     wildcard = WILDCARD.search(value)
     # A partial segment before a wildcard proves nothing: cut back to the last `/`.
     literal = value if wildcard is None else value[: value.rfind("/", 0, wildcard.start()) + 1]
-    segments = [segment for segment in literal.split("/") if segment]
+    segments = tuple(segment for segment in literal.split("/") if segment)
     if any(segment in (".", "..") for segment in segments):
-        return []
+        return ()
     return segments
 
 
-def _prefixes_overlap(left: list[str], right: list[str]) -> bool:
+def _prefixes(scope: Sequence[Any]) -> list[tuple[str, ...]] | None:
+    """Each entry's prefix; None for an empty scope, which overlaps everything."""
+    if not scope:
+        return None
+    return [_prefix_of(entry) if isinstance(entry, str) else () for entry in scope]
+
+
+def _prefixes_overlap(left: Sequence[str], right: Sequence[str]) -> bool:
     shared = min(len(left), len(right))
-    return left[:shared] == right[:shared]
+    return tuple(left[:shared]) == tuple(right[:shared])
 
 
 def scopes_overlap(left: Sequence[Any], right: Sequence[Any]) -> bool:
     """True unless every pair of entries is provably disjoint. Symmetric."""
-    if not left or not right:
+    left_prefixes, right_prefixes = _prefixes(left), _prefixes(right)
+    if left_prefixes is None or right_prefixes is None:
         return True
-    right_prefixes = [scope_prefix(entry) for entry in right]
-    return any(_prefixes_overlap(scope_prefix(entry), other)
-               for entry in left for other in right_prefixes)
+    return any(_prefixes_overlap(mine, other) for mine in left_prefixes for other in right_prefixes)
 
 
 def _positive_limit(max_parallel: Any) -> float | int:
@@ -94,32 +105,95 @@ def _is_ready(child: Any, done: set[str]) -> bool:
 
 
 def project_parallel_groups(children: Sequence[Any]) -> dict[str, Any]:
-    """Waves of the plan as the confirmation shows them, and who serializes behind whom."""
-    remaining = list(children)
-    placed: set[str] = set()
+    """Waves of the plan as the confirmation shows them, and who serializes behind whom.
+
+    Wave by wave: the children whose blockers are all in earlier waves, in record order, each joining
+    the wave unless its scope overlaps a member's (then it waits, and the members it overlapped are
+    noted). Near-linear: blockers are counted down (Kahn), and a wave's scopes sit in a prefix tree, so
+    a child is checked against the wave in the length of its entries, not the size of the wave."""
+    ids = [_field(child, "task_id") for child in children]
+    scopes = [_prefixes(_field(child, "scope_hint")) for child in children]
+    waiting: list[int] = []  # per child, its distinct blockers not yet placed
+    dependents: dict[str, list[int]] = {}
+    for index, child in enumerate(children):
+        blockers = set(_field(child, "blocked_by"))
+        waiting.append(len(blockers))
+        for blocker in blockers:
+            dependents.setdefault(blocker, []).append(index)
+    ready = [index for index, count in enumerate(waiting) if count == 0]
     groups: list[list[str]] = []
     conflicts: dict[str, set[str]] = {}
-    while remaining:
-        ready = [child for child in remaining if all(b in placed for b in _field(child, "blocked_by"))]
+    left = len(children)
+    while left:
         if not ready:
             raise ValueError(ACYCLIC_MESSAGE)
-        wave = _wave(ready, conflicts)
-        groups.append([_field(child, "task_id") for child in wave])
-        placed.update(_field(child, "task_id") for child in wave)
-        remaining = [child for child in remaining if not any(child is member for member in wave)]
+        wave, ready = _wave(sorted(ready), ids, scopes, conflicts)
+        groups.append([ids[index] for index in wave])
+        left -= len(wave)
+        for index in wave:
+            for dependent in dependents.get(ids[index], ()):
+                waiting[dependent] -= 1
+                if waiting[dependent] == 0:
+                    ready.append(dependent)
     return {"parallel_groups": groups, "scope_conflicts": _scope_conflicts(children, conflicts)}
 
 
-def _wave(ready: list[Any], conflicts: dict[str, set[str]]) -> list[Any]:
-    """The ready children that fit together; the others wait and are noted as conflicts."""
-    wave: list[Any] = []
-    for child in ready:
-        overlapped = [m for m in wave if scopes_overlap(_field(child, "scope_hint"), _field(m, "scope_hint"))]
+class _ScopeTree:
+    """The entries of a wave's members as a tree of path segments: which members an entry overlaps is
+    the members ending on its path (a prefix of it) and those below its end (it is a prefix of theirs)."""
+
+    def __init__(self) -> None:
+        self.root: dict[str, Any] = {}
+        self.ending: dict[int, list[int]] = {}  # id(node) -> members with an entry ending there
+        self.below: dict[int, list[int]] = {}  # id(node) -> members with an entry through or ending there
+        self.everything: list[int] = []  # members with an empty scope: they overlap everything
+        self.members: list[int] = []
+
+    def add(self, member: int, prefixes: list[tuple[str, ...]] | None) -> None:
+        self.members.append(member)
+        if prefixes is None:
+            self.everything.append(member)
+            return
+        for prefix in prefixes:
+            node = self.root
+            self.below.setdefault(id(node), []).append(member)
+            for segment in prefix:
+                node = node.setdefault(segment, {})
+                self.below.setdefault(id(node), []).append(member)
+            self.ending.setdefault(id(node), []).append(member)
+
+    def overlapping(self, prefixes: list[tuple[str, ...]] | None) -> set[int]:
+        if prefixes is None:
+            return set(self.members)
+        found = set(self.everything)
+        for prefix in prefixes:
+            node: dict[str, Any] | None = self.root
+            for segment in prefix:
+                found.update(self.ending.get(id(node), ()))
+                node = node.get(segment)
+                if node is None:
+                    break
+            if node is not None:
+                found.update(self.below.get(id(node), ()))
+        return found
+
+
+def _wave(ready: list[int], ids: list[str], scopes: list[Any], conflicts: dict[str, set[str]]
+          ) -> tuple[list[int], list[int]]:
+    """The ready children (in record order) that fit together, and those that wait; a waiting child's
+    conflicts note the wave members it overlapped."""
+    tree = _ScopeTree()
+    wave: list[int] = []
+    waits: list[int] = []
+    for index in ready:
+        overlapped = tree.overlapping(scopes[index]) if wave else set()
         if overlapped:
-            conflicts.setdefault(_field(child, "task_id"), set()).update(_field(m, "task_id") for m in overlapped)
+            conflicts.setdefault(ids[index], set()).update(ids[member] for member in overlapped)
+            waits.append(index)
             continue
-        wave.append(child)
-    return wave
+        wave.append(index)
+        tree.add(index, scopes[index])
+    return wave, waits
 
 
 def _scope_conflicts(children: Iterable[Any], conflicts: dict[str, set[str]]) -> list[dict[str, Any]]:

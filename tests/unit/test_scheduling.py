@@ -304,3 +304,58 @@ def test_parallel_groups_place_every_child_once_after_its_blockers(children):
     wave_of = {task: index for index, wave in enumerate(groups) for task in wave}
     for c in children:
         assert all(wave_of[b] < wave_of[c["task_id"]] for b in c["blocked_by"])
+
+
+def quadratic_parallel_groups(children: list[dict]) -> dict:
+    """The waves as first written: every ready child against every wave member, wave by wave. The oracle the
+    near-linear projection must equal (it took 30 s for 4,000 slices; `lanes-es bench plan` measures it now)."""
+    remaining, placed, groups, conflicts = list(children), set(), [], {}
+    while remaining:
+        ready = [c for c in remaining if all(b in placed for b in c["blocked_by"])]
+        if not ready:
+            raise ValueError("acyclic")
+        wave = []
+        for c in ready:
+            overlapped = [m for m in wave if scopes_overlap(c["scope_hint"], m["scope_hint"])]
+            if overlapped:
+                conflicts.setdefault(c["task_id"], set()).update(m["task_id"] for m in overlapped)
+                continue
+            wave.append(c)
+        groups.append([c["task_id"] for c in wave])
+        placed.update(c["task_id"] for c in wave)
+        remaining = [c for c in remaining if not any(c is m for m in wave)]
+    return {"parallel_groups": groups,
+            "scope_conflicts": [{"task_id": c["task_id"], "overlaps_with": sorted(conflicts[c["task_id"]])}
+                                for c in children if c["task_id"] in conflicts]}
+
+
+@st.composite
+def plans(draw):
+    """Up to 12 children, any blockers among them (cycles and unknown blockers included), scopes drawn from a
+    small alphabet so that nesting, equal entries, wildcards and empty scopes meet often."""
+    count = draw(st.integers(min_value=0, max_value=12))
+    names = [f"t{index}" for index in range(count)]
+    blockers = st.lists(st.sampled_from(names + ["unknown"]), max_size=3) if names else st.just([])
+    return [child(name, draw(SCOPE), blocked_by=draw(blockers)) for name in names]
+
+
+@settings(max_examples=500)
+@given(plans())
+def test_parallel_groups_equal_the_quadratic_projection(children):
+    try:
+        expected = quadratic_parallel_groups(children)
+    except ValueError:
+        with pytest.raises(ValueError, match="acyclic"):
+            project_parallel_groups(children)
+        return
+    assert project_parallel_groups(children) == expected
+
+
+def test_parallel_groups_of_thousands_of_disjoint_and_nested_scopes_equal_the_quadratic_projection():
+    """Larger than hypothesis draws: 600 children over a shared tree of paths, with chains of blockers."""
+    children = [child(f"t{index}", [f"src/{index % 7}/{index % 13}/f{index % 50}.py", f"docs/{index % 11}/"],
+                      blocked_by=[f"t{index - 40}"] if index >= 40 and index % 3 == 0 else [])
+                for index in range(600)]
+    children[5]["scope_hint"] = []  # overlaps everything
+    children[17]["scope_hint"] = ["src/**"]
+    assert project_parallel_groups(children) == quadratic_parallel_groups(children)
