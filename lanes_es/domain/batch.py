@@ -12,8 +12,11 @@ import copy
 import hashlib
 from typing import Any, Iterable
 
+import msgspec
+
 from . import events as ev
 from .aggregate import ChainedAggregate, TransitionRefused
+from .executor_runs import ExecutorRuns
 from .record import (
     IN_FLIGHT, apply_event, child_of, consumed_slots, dependents_to_skip, is_terminal, prepared_record,
 )
@@ -30,6 +33,7 @@ class LaneBatch(ChainedAggregate):
         self._integration: str | None = None
         self.verify_workers: int | None = None
         self.flake_reruns = 0
+        self.executor_runs = ExecutorRuns()  # lanes-es's own: the Executor attempts, not in the v2 record
 
     # ------------------------------------------------------------ creation
 
@@ -65,18 +69,21 @@ class LaneBatch(ChainedAggregate):
         else:
             apply_event(self.record, event)
             self.report = report_after(self.report, self.record, event)
+            self.executor_runs.fold(event)
         super().apply_fact(event)
 
     def trigger_event(self, event_class: type[ev.Event], **fields: Any) -> None:  # type: ignore[override]
         """Apply the event, then require a valid record; if it is not, undo it and refuse, so that no
         event whose record breaks a v2 rule is ever pending, let alone saved."""
-        saved = (copy.deepcopy(self.record), self.report, self.version, self.last_digest, len(self.pending_events))
+        saved = (copy.deepcopy(self.record), self.report, self.version, self.last_digest, len(self.pending_events),
+                 {task: list(texts) for task, texts in self.executor_runs.undelivered.items()})
         super().trigger_event(event_class, **fields)
         try:
             validate_record(self.record, self.id)
         except InvalidRecord as error:
             self.record, self.report, self.version, self.last_digest = saved[:4]
             del self.pending_events[saved[4]:]
+            self.executor_runs.undelivered = saved[5]  # only an intervention, which can change the record, adds here
             raise TransitionRefused(f"{event_class.__name__} refused: {error}") from None
 
     # ------------------------------------------------------------ reading
@@ -224,6 +231,8 @@ class LaneBatch(ChainedAggregate):
             raise TransitionRefused(f"batch {self.id} cannot complete: a child is not integrated")
         if batch_state in ("budget_stopped", "failed") and self.children_in(*IN_FLIGHT):
             raise TransitionRefused(f"batch {self.id} cannot settle {batch_state}: a child is still mid-flight")
+        if self.executor_runs.attempts:
+            extras = msgspec.structs.replace(extras, executor_totals=self.executor_runs.totals())
         self.trigger_event(ev.BatchSettled, at=at, batch_state=batch_state, reason=reason,
                            next_action=next_action, extras=extras)
 
@@ -268,6 +277,44 @@ class LaneBatch(ChainedAggregate):
     def note_fall_back(self, at: str, lanes: list[str], verifications: int, cap: int) -> None:
         self._require_moving()
         self.trigger_event(ev.IntegrationFellBack, at=at, lanes=lanes, verifications=verifications, cap=cap)
+
+    # ------------------------------------------------------------ the Executor attempts (audit only)
+
+    def start_executor_run(self, at: str, task_id: str, attempt: int, adapter: str, argv: list[str],
+                           obligation: str, prompt_sha256: str | None = None,
+                           limits: ev.AttemptLimits | None = None) -> None:
+        """An attempt is numbered after the task's last one, and starts only once that one has ended."""
+        self._require_known_child(task_id)
+        if self.executor_runs.open_attempt(task_id) is not None:
+            raise TransitionRefused(f"{task_id} already has an Executor attempt that has not ended")
+        expected = self.executor_runs.next_attempt(task_id)
+        if attempt != expected:
+            raise TransitionRefused(f"the next Executor attempt of {task_id} is number {expected}, not {attempt}")
+        self.trigger_event(ev.ExecutorRunStarted, at=at, task_id=task_id, attempt=attempt, adapter=adapter, argv=argv,
+                           obligation=obligation, prompt_sha256=prompt_sha256, limits=limits)
+
+    def finish_executor_run(self, at: str, task_id: str, attempt: int, exit_code: int | None, duration_ms: int,
+                            submitted: bool | None, usage: ev.ExecutorUsage) -> None:
+        self._require_open_attempt(task_id, attempt)
+        self.trigger_event(ev.ExecutorRunFinished, at=at, task_id=task_id, attempt=attempt, exit_code=exit_code,
+                           duration_ms=duration_ms, submitted=submitted, usage=usage)
+
+    def kill_executor_run(self, at: str, task_id: str, attempt: int, reason: str, detail: str,
+                          duration_ms: int | None, usage: ev.ExecutorUsage) -> None:
+        self._require_open_attempt(task_id, attempt)
+        self.trigger_event(ev.ExecutorRunKilled, at=at, task_id=task_id, attempt=attempt, reason=reason,
+                           detail=detail, duration_ms=duration_ms, usage=usage)
+
+    def _require_known_child(self, task_id: str) -> None:
+        try:
+            self.child(task_id)
+        except KeyError as error:
+            raise TransitionRefused(str(error)) from None
+
+    def _require_open_attempt(self, task_id: str, attempt: int) -> None:
+        found = self.executor_runs.open_attempt(task_id)
+        if found is None or found.started.attempt != attempt:
+            raise TransitionRefused(f"{task_id} has no Executor attempt {attempt} under way")
 
     @property
     def integration(self) -> str:

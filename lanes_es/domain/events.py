@@ -185,6 +185,42 @@ class ExecutorHandoff(Payload, frozen=True, kw_only=True, tag="executor", tag_fi
 Handoff = Union[ProvisionHandoff, ReleaseHandoff, CoordinatorHandoff, ExecutorHandoff]
 
 
+
+class ExecutorUsage(Payload, frozen=True, kw_only=True):
+    """What an Executor attempt reported of itself; None where its agent reports no such thing.
+
+    `tokens_in` counts every input token the agent processed, cached ones included; `denied_tools`
+    names the tool calls the agent's own permission rules refused; `agent_error` is the agent's own
+    error flag and `error` its message, cut short."""
+
+    session_id: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cost_usd: float | None = None
+    denied_tools: list[str] | None = None
+    agent_error: bool | None = None
+    error: str | None = None
+
+
+class AttemptLimits(Payload, frozen=True, kw_only=True):
+    """What one Executor attempt may take before the autopilot kills it (None: no such limit)."""
+
+    timeout_seconds: int
+    tokens: int | None = None
+    cost_usd: float | None = None
+
+
+class ExecutorTotal(Payload, frozen=True, kw_only=True):
+    """One task's Executor attempts added up, for the report's extras in the log."""
+
+    task_id: str
+    attempts: int
+    killed: int
+    duration_ms: int
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cost_usd: float | None = None
+
 class ReportExtras(Payload, frozen=True, kw_only=True):
     """What a written report carries beyond the record: the tick's observations."""
 
@@ -194,6 +230,9 @@ class ReportExtras(Payload, frozen=True, kw_only=True):
     final_verification: FinalVerificationReport | None = None
     lane_instruction: InstructionOutcome | None = None
     lane_revision: RevisionOutcome | None = None
+    # lanes-es's own, never in the written report (which keeps upstream's shape): each task's Executor
+    # attempts added up as of this settle; absent when no attempt was recorded (and in older logs).
+    executor_totals: list[ExecutorTotal] | msgspec.UnsetType = msgspec.UNSET
 
 
 # ---------------------------------------------------------------- event bases
@@ -451,8 +490,51 @@ class IntegrationFellBack(Event, frozen=True, kw_only=True):
     cap: int
 
 
+class ExecutorRunStarted(Event, frozen=True, kw_only=True):
+    """Audit only: the autopilot starts an Executor attempt in a task's Lane (recorded before it starts).
+
+    `adapter` is the named agent (claude-code, codex, opencode) or `command` for `--executor CMD`;
+    `argv` is the command as started, the prompt replaced by `<prompt sha256:...>` and secret-looking
+    values masked; `obligation` is what the attempt was asked for (first_delivery, rework, correction)."""
+
+    task_id: str
+    attempt: int
+    adapter: str
+    argv: list[str]
+    obligation: str
+    prompt_sha256: str | None = None
+    limits: AttemptLimits | None = None
+
+
+class ExecutorRunFinished(Event, frozen=True, kw_only=True):
+    """Audit only: an Executor attempt ended by itself. Its exit status moves nothing: QA and the scope
+    check decide. `exit_code` is None for a command an earlier autopilot started (its status went to that
+    one); `submitted` is whether the adapter's `lanes-es task submit` succeeded, None where it did not
+    try (a command submits itself; an agent that failed is not submitted)."""
+
+    task_id: str
+    attempt: int
+    exit_code: int | None
+    duration_ms: int
+    submitted: bool | None = None
+    usage: ExecutorUsage = ExecutorUsage()
+
+
+class ExecutorRunKilled(Event, frozen=True, kw_only=True):
+    """Audit only: an Executor attempt was ended for it: `reason` timeout, budget, interrupted, or lost
+    (its process ended with the autopilot that started it, leaving no result); usage as far as reported."""
+
+    task_id: str
+    attempt: int
+    reason: str
+    detail: str
+    duration_ms: int | None = None
+    usage: ExecutorUsage = ExecutorUsage()
+
+
 AUDIT_ONLY: tuple[type[Event], ...] = (OffersRefused, TickRejected, ProjectionDriftRepaired, CandidateBuilt,
-                                       CandidateVerified, CandidateDiscarded, IntegrationFellBack)
+                                       CandidateVerified, CandidateDiscarded, IntegrationFellBack,
+                                       ExecutorRunStarted, ExecutorRunFinished, ExecutorRunKilled)
 
 # The card's eight transitions, by the names users search the log for.
 TRANSITION_NAMES: dict[type, str] = {
@@ -524,4 +606,5 @@ ALL_EVENTS: tuple[type, ...] = (
     ParkResumed, BatchSettled, BatchSuperseded, OffersRefused, TickRejected,
     ProjectionDriftRepaired, InitiativeRegistered, BatchAuthorized, BatchRetired,
     CandidateBuilt, CandidateVerified, CandidateDiscarded, IntegrationFellBack,
+    ExecutorRunStarted, ExecutorRunFinished, ExecutorRunKilled,
 )
