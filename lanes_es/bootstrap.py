@@ -73,10 +73,13 @@ class RealAdapters:
 
     def anchor_log(self, root: str, batch_id: str, version: int, read_rows: Any) -> Any:
         """The signed checkpoint and attestations on refs/lanes-es/checkpoints/<batch> (needs the audit extra)."""
-        import importlib.util
+        from lanes_es.audit.signing import AuditExtraMissing, audit_extra_missing
 
-        if self.common_dir is None or importlib.util.find_spec("cryptography") is None:
+        if self.common_dir is None:
             return None
+        missing = audit_extra_missing()
+        if missing is not None:  # said on every tick that appends, so that a missing checkpoint is never a mystery
+            raise AuditExtraMissing(missing)
         from lanes_es.adapters.anchor_git import GitAnchor
         from lanes_es.adapters.signing_key import load_signer
         from lanes_es.audit.anchor import anchor_log

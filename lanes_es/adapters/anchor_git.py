@@ -157,9 +157,13 @@ def read_anchor(root: str, batch_id: str) -> tuple[str | None, dict[str, bytes]]
     return (note.decode("utf-8", "replace") if note is not None else None), attestations
 
 
-def branch_history(root: str, branch: str, base: str) -> tuple[list[tuple[str, str]] | None, str | None]:
-    """The batch branch's first-parent commits after `base`, oldest first, with their trees. One spawn."""
+def branch_history(root: str, branch: str, base: str,
+                   recorded_head: str | None = None) -> tuple[list[tuple[str, str]] | None, str | None]:
+    """The batch branch's first-parent commits after `base`, oldest first, with their trees. One spawn; a
+    branch deleted after landing is read from its `recorded_head` (one more)."""
     listed = git_ok(root, "log", "--first-parent", "--format=%H %T", f"refs/heads/{branch}", f"^{base}", "--")
+    if listed.exit_code != 0 and recorded_head and all(c in "0123456789abcdef" for c in recorded_head):
+        listed = git_ok(root, "log", "--first-parent", "--format=%H %T", recorded_head, f"^{base}", "--")
     if listed.exit_code != 0:
         return None, f"the batch branch {branch} or its base {base[:12]} is not in {root}"
     pairs = [tuple(line.split(" ", 1)) for line in listed.text.splitlines() if line]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lanes_es.audit.signing import KeyError_, Signer, Verifier
+from lanes_es.audit.signing import AuditExtraMissing, KeyError_, Signer, Verifier
 from lanes_es.errors import naming
 
 KEY_ENV = "LANES_ES_SIGNING_KEY"
@@ -43,6 +43,8 @@ def load_signer(common_dir: Path, create: bool = True) -> Signer:
         raise KeyError_(f"{path} is not a signing key (it is not text){fix}") from None
     try:
         return Signer.parse(text.strip())
+    except AuditExtraMissing:
+        raise  # the key is not at fault
     except KeyError_ as error:
         raise KeyError_(f"{path}: {error}{fix}") from None
 

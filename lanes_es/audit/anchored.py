@@ -53,7 +53,11 @@ def check_anchor(batch_id: str, rows: Sequence[StoredEvent], events: Sequence[An
                  evidence: AnchorEvidence) -> AnchorCheck:
     result = AnchorCheck(findings=[], notes=[])
     if evidence.note is None:
-        result.notes.append(f"no checkpoint ({evidence.source}): the end of this log is not anchored outside it")
+        from lanes_es.audit.signing import audit_extra_missing
+
+        missing = audit_extra_missing()
+        result.notes.append(f"no checkpoint ({evidence.source}): the end of this log is not anchored outside it"
+                            + (f"; {missing}" if missing else ""))
         return result
     checkpoint = _open_checkpoint(batch_id, evidence, result)
     if checkpoint is None:

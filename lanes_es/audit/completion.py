@@ -73,6 +73,7 @@ class CompletionObservation(msgspec.Struct, kw_only=True):
     children: list[CompletionChild]
     code: str | None
     message: str = ""  # what a person needs to act; not part of upstream's object
+    note: str = ""  # how the batch branch was found, when not as itself (deleted after landing)
 
     def as_json(self) -> dict[str, Any]:
         """Upstream's observation object, key for key."""
@@ -105,6 +106,8 @@ class _Seen:
     state_bytes: bytes | None = None
     report_bytes: bytes | None = None
     head_line: str = ""
+    note: str = ""
+    checkout_is_batch_head: bool = False  # the checkout's files are then compared with the committed ones too
     worktree_files: dict[str, bytes | None] = field(default_factory=dict)
 
 
@@ -121,7 +124,8 @@ def verify_completion(root: str | Path, batch_id: str, author_name: str | None =
                                      message=refusal.message)
     return CompletionObservation(batch_id=batch_id, complete=True, batch_state=seen.batch_state,
                                  report_state=seen.report_state, children=children, code=None,
-                                 message=f"batch {batch_id} is complete: {len(children)} children verified")
+                                 message=f"batch {batch_id} is complete: {len(children)} children verified",
+                                 note=seen.note)
 
 
 def _verify(root: str, batch_id: str, author: str, seen: _Seen) -> list[CompletionChild]:
@@ -230,19 +234,37 @@ def _check_commit_sets(state: dict[str, Any]) -> None:
 
 
 def _check_branch_and_head(root: str, state: dict[str, Any], seen: _Seen) -> str:
-    result = git_ok(root, "rev-parse", "HEAD", "--symbolic-full-name", "HEAD")
-    if result.exit_code != 0:
-        raise Refused(LINEAGE_MISMATCH, f"HEAD of {root} is unreadable: {result.error_text}")
-    seen.head_line = result.text
-    head, symbolic = (result.text.splitlines() + ["", ""])[:2]
+    """The head of the batch branch itself, whichever branch the checkout is on (upstream reads HEAD and needs
+    the batch branch checked out: docs/upstream.md#the-completion-verifier). A branch deleted after landing is
+    judged by its recorded head, when the repository still has that commit."""
     branch = state.get("branch") or batch_branch_name(state["initiative_slug"])
-    if symbolic != f"refs/heads/{branch}":
-        shown = symbolic.removeprefix("refs/heads/") if symbolic.startswith("refs/heads/") else "a detached HEAD"
-        raise Refused(LINEAGE_MISMATCH, f"the checkout is on {shown}, not the batch branch {branch}")
     expected = expected_batch_head(state)
-    if head != expected:
-        raise Refused(LINEAGE_MISMATCH, f"HEAD {head} is not the expected batch head {expected}")
-    return head
+    if _COMMIT_ID.fullmatch(str(expected)) is None or "\n" in branch:
+        raise Refused(LINEAGE_MISMATCH, f"the recorded batch head {expected!r} is not a commit id")
+    seen.head_line = _branch_heads(root, branch, expected)
+    tip, recorded, checked_out = seen.head_line.split("\n")
+    seen.checkout_is_batch_head = bool(checked_out) and checked_out == (tip or recorded)
+    if tip:
+        if tip != expected:
+            raise Refused(LINEAGE_MISMATCH, f"HEAD {tip} of the batch branch {branch} is not the expected batch "
+                                            f"head {expected}")
+        return tip
+    if not recorded:
+        raise Refused(LINEAGE_MISMATCH, f"the batch branch {branch} is not in {root}, nor its recorded head "
+                                        f"{expected}; verify in the repository that ran the batch")
+    seen.note = f"the batch branch {branch} is gone (landed and deleted?); its recorded head {expected[:12]} was judged"
+    return expected
+
+
+def _branch_heads(root: str, branch: str, expected: str) -> str:
+    """Three lines: the batch branch's commit (empty when there is no such branch), the recorded head's (empty
+    when the repository lacks it) and HEAD's, in one spawn; names on stdin never reach git as options."""
+    asked = f"refs/heads/{branch}^{{commit}}\n{expected}^{{commit}}\nHEAD^{{commit}}\n"
+    result = git_ok(root, "cat-file", "--batch-check=%(objectname)", stdin=asked.encode())
+    if result.exit_code != 0:
+        raise Refused(LINEAGE_MISMATCH, f"the batch branch {branch} of {root} is unreadable: {result.error_text}")
+    lines = (result.stdout.decode("utf-8", "replace").splitlines() + ["", "", ""])[:3]
+    return "\n".join("" if line.endswith(" missing") or line.endswith(" ambiguous") else line for line in lines)
 
 
 @dataclass(frozen=True)
@@ -481,6 +503,8 @@ def _check_pair(root: str, step: _Step, blobs: dict[str, bytes | None], seen: _S
     if problem is not None:
         raise Refused(WRONG_RUN_EVIDENCE, f"the audit pair of {step.task_id} in {step.run_id}: {problem}")
     for path, committed in ((step.record_path, record), (step.proof_path, proof)):
+        if not seen.checkout_is_batch_head:
+            break  # another branch is checked out (main, to land the batch): its files are not the batch's
         on_disk = _worktree_bytes(root, path)
         seen.worktree_files[path] = on_disk
         if on_disk != committed:
@@ -538,8 +562,9 @@ def _check_stable(root: str, batch_id: str, seen: _Seen) -> None:
     for path, before in seen.worktree_files.items():
         if _worktree_bytes(root, path) != before:
             moved.append(path)
-    result = git_ok(root, "rev-parse", "HEAD", "--symbolic-full-name", "HEAD")
-    if result.exit_code != 0 or result.text != seen.head_line:
-        moved.append("HEAD")
+    state = json.loads(seen.state_bytes or b"{}")
+    branch = state.get("branch") or batch_branch_name(state.get("initiative_slug", ""))
+    if _branch_heads(root, branch, expected_batch_head(state)) != seen.head_line:
+        moved.append("the batch branch")
     if moved:
         raise Refused(UNSTABLE_EVIDENCE, f"{', '.join(moved)} changed while the batch was being verified")

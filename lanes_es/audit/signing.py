@@ -33,11 +33,30 @@ def _check_name(name: str) -> None:
         raise KeyError_(f"key name {name!r} must be non-empty, without '+' or spaces")
 
 
+AUDIT_EXTRA_MISSING = ("the `cryptography` package is not installed (signing and checking checkpoints need it): "
+                       "pip install 'lanes-es[audit]'")
+
+
+class AuditExtraMissing(KeyError_):
+    """The `audit` extra is not installed: the key is not at fault."""
+
+
+def audit_extra_missing() -> str | None:
+    """What to install when `cryptography` is missing, else None (looked up, not imported: it is slow to import)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("cryptography") is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules
+        found = False
+    return None if found else AUDIT_EXTRA_MISSING
+
+
 def _crypto() -> Any:
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
-    except ModuleNotFoundError:
-        raise KeyError_("signing needs the `cryptography` package: pip install 'lanes-es[audit]'") from None
+    except ImportError:
+        raise AuditExtraMissing(AUDIT_EXTRA_MISSING) from None
     return ed25519
 
 

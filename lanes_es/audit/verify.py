@@ -75,14 +75,16 @@ def verify_batch(batch_id: str, events: Sequence[Any], root: str | Path,
     findings.extend(_projection_findings(root, events))
     state = result.record["batch_state"] if result.record else None
     completion = None
+    notes: list[str] = []
     if state == "completed":
         observation = verify_completion(root, batch_id)
         completion = observation.as_json()
+        notes.extend([observation.note] if observation.note else [])
         if not observation.complete:
             findings.append(Finding(check="completion", version=None, code=observation.code or "incomplete",
                                     message=observation.message))
     return VerifyReport(batch_id=batch_id, events=len(events), head=result.head, batch_state=state,
-                        findings=findings, completion=completion)
+                        findings=findings, completion=completion, notes=notes)
 
 
 def verify_export_events(events: Sequence[Any], progress: Progress | None = None,

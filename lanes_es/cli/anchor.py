@@ -21,6 +21,8 @@ PROOF_FORMAT = "lanes-es/inclusion-proof/v1"
 
 
 def register(commands: Any) -> None:
+    from lanes_es.cli.main import BATCH_HELP
+
     command = commands.add_parser(
         "key", help="the signing key of checkpoints and attestations",
         description="`lanes-es key show` prints the public key that verifies this repository's checkpoints and "
@@ -34,7 +36,7 @@ def register(commands: Any) -> None:
         description="Print, as JSON, the proof that event N of the batch is in the tree the newest checkpoint "
                     "signed: the event's bytes, its leaf hash, the RFC 6962 audit path and the checkpoint. "
                     "`lanes-es verify-proof FILE --public-key KEY` checks it without the store.")
-    command.add_argument("batch_id", metavar="BATCH_ID")
+    command.add_argument("batch_id", metavar="BATCH", help=BATCH_HELP)
     command.add_argument("--event", type=int, required=True, metavar="N", help="the event's version (1 is the first)")
     command.add_argument("-o", "--output", default=None, metavar="FILE", help="write here instead of stdout")
     command.set_defaults(func=_prove)
@@ -97,19 +99,34 @@ class AnchorOptions:
         if repository is None or prepared is None:
             evidence.branch_problem = "no repository holding the batch branch"
         else:
-            evidence.branch_history, evidence.branch_problem = branch_history(str(repository.root), prepared.branch,
-                                                                              prepared.base_head)
+            evidence.branch_history, evidence.branch_problem = branch_history(
+                str(repository.root), prepared.branch, prepared.base_head, _recorded_head(events))
         return evidence
 
     def verifier(self, common_dir: Path | None) -> Any:
         from lanes_es.adapters.signing_key import local_verifier, read_verifier
-        from lanes_es.audit.signing import KeyError_
+        from lanes_es.audit.signing import AuditExtraMissing, KeyError_
 
         named = self.public_key or os.environ.get("LANES_ES_PUBLIC_KEY")
         try:
             return read_verifier(named) if named else local_verifier(common_dir)
+        except AuditExtraMissing as error:
+            raise ServiceError("audit_extra_missing", str(error)) from None
         except KeyError_ as error:
             raise ServiceError("invalid_public_key", str(error)) from None
+
+
+def _recorded_head(events: Sequence[Any]) -> str | None:
+    """The batch head the log ends at (its last integration or adopted head): where a deleted branch stood."""
+    from lanes_es.domain import events as ev
+
+    head = None
+    for event in events:
+        if isinstance(event, ev.Integrated):
+            head = event.commit
+        elif isinstance(event, ev.HeadAdopted):
+            head = event.to_head
+    return head
 
 
 def _repository(root: str | Path | None) -> Any:
@@ -166,8 +183,12 @@ def prove_command(store: Any, root: Path, batch_id: str, version: int, output: P
     rows = load_rows(store, batch_id)
     note, _ = read_anchor(str(root), batch_id)
     if note is None:
-        raise ServiceError("no_checkpoint", f"{batch_id} has no checkpoint in {root} yet; run `lanes-es tick` to "
-                                            f"write it")
+        from lanes_es.audit.signing import audit_extra_missing
+
+        missing = audit_extra_missing()
+        raise ServiceError("no_checkpoint", f"{batch_id} has no checkpoint in {root} yet: "
+                                            + (f"{missing}, then the next tick writes it" if missing
+                                               else "the next `lanes-es tick` that records an event writes it"))
     try:
         checkpoint = Checkpoint.read_unverified(note)
     except NoteError as error:

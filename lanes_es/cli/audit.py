@@ -36,12 +36,14 @@ EXIT_FAILED = EXIT_FINDING  # a check that does not hold: 1, as `rebuild --check
 
 
 def register(commands: Any) -> None:
+    from lanes_es.cli.main import BATCH_HELP
+
     command = commands.add_parser(
         "replay", help="replay a batch's log, checking every step",
         description="Print the batch's events in order (version, time, event, task, facts) and check each step: the "
                     "transition is legal from the state before it, the record passes the v2 validator, the digest "
                     "chain holds. With --at, replay up to that version and print the record as of it.")
-    command.add_argument("batch_id", metavar="BATCH_ID")
+    command.add_argument("batch_id", metavar="BATCH", help=BATCH_HELP)
     command.add_argument("--at", type=int, default=None, metavar="VERSION", help="stop at this event version")
     command.add_argument("--json", action="store_true", help="print steps, failures and the record as JSON")
     command.set_defaults(func=_replay)
@@ -51,7 +53,7 @@ def register(commands: Any) -> None:
         description="Check the digest chain and print its head, compare the state file and report with their rebuild "
                     "from the log, and for a completed batch run upstream's completion verification of the batch "
                     "branch. With --export FILE, check an exported log without the store. Exit 0 only when all hold.")
-    command.add_argument("batch_id", metavar="BATCH_ID", nargs="?")
+    command.add_argument("batch_id", metavar="BATCH", nargs="?", help=BATCH_HELP)
     command.add_argument("--export", default=None, metavar="FILE", help="verify an exported log instead")
     command.add_argument("--expect-head", default=None, metavar="DIGEST",
                          help="the chain head recorded elsewhere (an earlier verify, an export); a log cut short "
@@ -69,7 +71,7 @@ def register(commands: Any) -> None:
         "export", help="write a batch's log as JSON Lines",
         description="Write the batch's events, oldest first, one JSON object per line, so that another machine can "
                     "run `lanes-es verify --export FILE` or `lanes-es rebuild --from-export FILE` without the store.")
-    command.add_argument("batch_id", metavar="BATCH_ID")
+    command.add_argument("batch_id", metavar="BATCH", help=BATCH_HELP)
     command.add_argument("-o", "--output", default=None, metavar="FILE", help="write here instead of stdout")
     command.set_defaults(func=_export)
 
@@ -78,8 +80,9 @@ def register(commands: Any) -> None:
         description="Render the batch's log as one HTML page that loads nothing from anywhere: a swimlane per task "
                     "with its transitions, parks and their reasons, integrations and their commits, tick "
                     "boundaries, and a table of every event.")
-    command.add_argument("batch_id", metavar="BATCH_ID")
-    command.add_argument("--html", required=True, metavar="FILE", help="the page to write")
+    command.add_argument("batch_id", metavar="BATCH", help=BATCH_HELP)
+    command.add_argument("-o", "--output", "--html", dest="output", required=True, metavar="FILE",
+                         help="the page to write (--html is the older spelling)")
     command.set_defaults(func=_audit)
 
 
@@ -94,8 +97,13 @@ def _open(args: argparse.Namespace) -> tuple[Any, Path]:
 
 
 def _with_store(args: argparse.Namespace, run: Callable[[Any, Path], int]) -> int:
+    """`run` on the store; a batch named by slug or id prefix (args.batch_id) is resolved to its id first."""
+    from lanes_es.cli.batch_ref import resolve_batch_id
+
     store, root = _open(args)
     try:
+        if getattr(args, "batch_id", None):
+            args.batch_id = resolve_batch_id(store, args.batch_id)
         return run(store, root)
     finally:
         store.close()
@@ -125,7 +133,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    return _with_store(args, lambda store, root: audit_command(store, args.batch_id, Path(args.html),
+    return _with_store(args, lambda store, root: audit_command(store, args.batch_id, Path(args.output),
                                                                 anchors=anchor_marks(root, args.batch_id)))
 
 

@@ -112,9 +112,12 @@ def _run(args: argparse.Namespace) -> int:
         argv = shlex.split(args.executor)
     except ValueError as error:
         raise ServiceError("invalid_executor", f"the Executor command cannot be split: {error}") from None
-    refuse_unusable_run(argv, Path(args.lanes_dir))
+    if argv and "/" in argv[0]:  # a program named by a path: from here, as a shell would, not from each Lane
+        argv[0] = os.path.abspath(argv[0])
+    lanes_dir = os.path.abspath(args.lanes_dir)
+    refuse_unusable_run(argv, Path(lanes_dir))
     final = parse_final_verification(args.final_verification) if args.final_verification else None
-    return run_autopilot(service_of(args), args.slug, args.max_parallel, args.lanes_dir, argv, args.yes,
+    return run_autopilot(service_of(args), args.slug, args.max_parallel, lanes_dir, argv, args.yes,
                          poll=args.poll, final_verification=final, delegate_revisions=args.delegate_revisions,
                          json_lines=args.json, wait=args.wait, integration=args.integration,
                          verify_workers=args.verify_workers, flake_reruns=args.flake_reruns)
@@ -130,9 +133,13 @@ def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
     if "/" not in program and shutil.which(program) is None:
         raise ServiceError("invalid_executor", f"the Executor command {program!r} is not on PATH; install it, or "
                                                f"give its absolute path with --executor")
+    if program.startswith("/") and not os.path.isfile(program):
+        raise ServiceError("invalid_executor", f"the Executor command {program} does not exist; check the path "
+                                               f"given with --executor")
     if program.startswith("/") and not os.access(program, os.X_OK):
-        raise ServiceError("invalid_executor", f"the Executor command {program} does not exist or cannot be run; "
-                                               f"check the path with --executor")
+        raise ServiceError("invalid_executor", f"the Executor command {program} is not executable; make it so "
+                                               f"(chmod +x {shlex.quote(program)}), or name its interpreter first "
+                                               f"(--executor 'sh {program}')")
     if lanes_dir.exists() and not lanes_dir.is_dir():
         raise ServiceError("invalid_lanes_dir", f"--lanes-dir {lanes_dir} is a file; name a directory (it is made "
                                                 f"when missing)")

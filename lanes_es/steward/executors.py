@@ -16,6 +16,20 @@ from lanes_es.adapters.processes import process_alive
 EXECUTOR_LOGS = ".executor-logs"
 
 
+def path_with_lanes_es(path: str) -> str:
+    """`path` with the directory of the running lanes-es first, so that an Executor's `lanes-es task submit`
+    reaches this very installation without an activated virtual environment (else: exit 127, not found)."""
+    import sys
+
+    here = os.path.dirname(os.path.abspath(sys.argv[0])) if os.path.basename(sys.argv[0]) == "lanes-es" else None
+    if here is None:  # run as `python -m ...` (the demo, the tests): the interpreter's scripts
+        candidate = os.path.dirname(sys.executable)
+        here = candidate if os.path.exists(os.path.join(candidate, "lanes-es")) else None
+    if here is None:
+        return path
+    return os.pathsep.join([here, *(part for part in path.split(os.pathsep) if part != here)])
+
+
 class ExecutorUnavailable(Exception):
     """The Executor command cannot be started."""
 
@@ -91,6 +105,7 @@ class Executors:
         log = self.logs_dir / f"{task_id}.log"
         env = {**os.environ, **self.extra_env, "LANES_ES_TASK_ID": task_id, "LANES_ES_LANE_PATH": lane, "LANES_ES_INTENT": intent_text,
                "LANES_ES_ROOT": self.root, "LANES_ES_NEXT_OBLIGATION": handoff.get("next_obligation") or ""}
+        env["PATH"] = path_with_lanes_es(env.get("PATH", os.defpath))
         with open(log, "ab") as sink:
             sink.write(f"--- lanes-es run: {shlex.join(self.argv)} in {lane} "
                        f"(record revision {handoff['record_revision']})\n".encode())

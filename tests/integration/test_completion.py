@@ -11,7 +11,7 @@ from lanes_es.adapters.git import STATS
 from lanes_es.audit.completion import OBSERVATION_CONTRACT, verify_completion
 from lanes_es.projections.files import report_path, state_path
 from tests.gitfixtures import all_refs, commit_file, head, identity_env, porcelain, run_git, write_file
-from tests.integration.audit_repo import BATCH, Built, completed, deliver, make_batch, write_documents
+from tests.integration.audit_repo import BATCH, SLUG, Built, completed, deliver, make_batch, write_documents
 
 def edit_json(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     document = json.loads(path.read_text())
@@ -272,12 +272,24 @@ def test_an_adoption_pointing_back_breaks_the_lineage(tmp_path: Path):
     assert code_of(built) == ("lineage_mismatch", 1)
 
 
-def test_a_checkout_off_the_batch_branch(tmp_path: Path):
+def test_a_checkout_off_the_batch_branch_judges_the_batch_branch(tmp_path: Path):
+    """The batch branch is judged, not HEAD: a checkout switched to main (to land the batch) is no finding."""
     built = completed(tmp_path)
-    run_git(built.root, "checkout", "-q", "--detach")
+    run_git(built.root, "checkout", "-q", "--detach", "HEAD~1")
+    assert code_of(built) == (None, 0)
+    run_git(built.root, "branch", "-f", f"imm/{SLUG}", "HEAD")  # the batch branch itself moved back
     observation = verify_completion(built.root, BATCH)
     assert (observation.code, observation.exit_code) == ("lineage_mismatch", 1)
-    assert "detached" in observation.message
+    assert "is not the expected batch head" in observation.message
+
+
+def test_a_landed_and_deleted_batch_branch_is_judged_by_its_recorded_head(tmp_path: Path):
+    built = completed(tmp_path)
+    run_git(built.root, "checkout", "-q", "--detach")
+    run_git(built.root, "branch", "-D", f"imm/{SLUG}")
+    observation = verify_completion(built.root, BATCH)
+    assert (observation.code, observation.exit_code) == (None, 0)
+    assert "is gone" in observation.note
 
 
 def test_a_hostile_base_head_never_reaches_git_as_an_option(tmp_path: Path):
