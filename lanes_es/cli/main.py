@@ -49,6 +49,7 @@ COMMAND_MODULES: dict[str, tuple[str, str]] = {
     "key": ("lanes_es.cli.anchor", "the signing key of checkpoints and attestations"),
     "prove": ("lanes_es.cli.anchor", "print an inclusion proof of one event in the batch's signed checkpoint"),
     "verify-proof": ("lanes_es.cli.anchor", "check an inclusion proof against a checkpoint and a public key alone"),
+    "initiative": ("lanes_es.cli.initiative", "write an Initiative and its tasks' intents (new, add-task)"),
     "intent": ("lanes_es.cli.intent", "read-only reports on TaskIntents: the scope overlap of intent files"),
     "batches": ("lanes_es.cli.batches", "list every batch in the store: repository, state, children by status"),
     "demo": ("lanes_es.cli.demo", "run a whole batch on a new temporary repository"),
@@ -58,7 +59,8 @@ COMMAND_MODULES: dict[str, tuple[str, str]] = {
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--root", "--store")
 DEFAULT_TICK_WAIT = 5.0  # lanes_es.service.DEFAULT_LOCK_WAIT, not imported so that building the parser stays cheap
-MAX_COUNT = 2**53 - 1  # the largest count a record keeps (JavaScript's safe integer, as upstream)
+MAX_COUNT = 2**53 - 1
+BATCH_HELP = "the batch: its Initiative's slug, its batch id, or a unique prefix of the id"  # the largest count a record keeps (JavaScript's safe integer, as upstream)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,11 +224,37 @@ def _add_plan(commands: Any) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    plan = service_of(args, read_only=True).plan(args.slug)
+    service = service_of(args, read_only=True)
+    plan = service.plan(args.slug)
     printable = {key: value for key, value in plan.items() if key != "enrollable"}
     printable["enrollable"] = [child.plain() for child in plan["enrollable"]]
+    printable["unmatched_scope"] = _unmatched_scope(str(service.root), plan["children"])
     _print(printable, args.json, _plan_text)
     return 0
+
+
+def _unmatched_scope(root: str, children: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Per child, the scope entries that name no file of HEAD's tree (a typo, or a file the task creates)."""
+    from pathlib import Path
+
+    from lanes_es.cli.initiative import tree_paths
+    from lanes_es.domain.authoring import unmatched_scope
+
+    tree: list[str] | None = None
+    found: dict[str, list[str]] = {}
+    for child in children:
+        path = child.get("intent_path")
+        try:
+            scope = json.loads((Path(root) / path).read_text(encoding="utf-8"))["scope_hint"] if path else None
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # the plan already says why such an intent is excluded
+        if not isinstance(scope, list):
+            continue
+        tree = tree_paths(root) if tree is None else tree
+        missing = unmatched_scope([entry for entry in scope if isinstance(entry, str)], tree)
+        if missing:
+            found[child["task_id"]] = missing
+    return found
 
 
 def _plan_text(plan: dict[str, Any]) -> str:
@@ -240,6 +268,9 @@ def _plan_text(plan: dict[str, Any]) -> str:
     lines.append("parallel groups: " + " | ".join(", ".join(group) for group in plan["parallel_groups"]))
     for conflict in plan.get("scope_conflicts", []):
         lines.append(f"serialized: {conflict['task_id']} overlaps {', '.join(conflict['overlaps_with'])}")
+    for task_id, entries in plan.get("unmatched_scope", {}).items():
+        lines.append(f"warning: {task_id}'s scope {', '.join(entries)} matches no file of HEAD (fine for a file the "
+                     f"task creates; check the spelling otherwise)")
     return "\n".join(lines)
 
 
@@ -482,8 +513,9 @@ def _add_status(commands: Any) -> None:
     command = commands.add_parser("status", help="show a batch's current record",
                                   description="The current v2 record of the Initiative's active batch, or of --batch ID.")
     command.add_argument("slug", metavar="SLUG", nargs="?")
-    command.add_argument("--batch", default=None, metavar="ID")
-    command.add_argument("--json", action="store_true")
+    command.add_argument("--batch", default=None, metavar="BATCH",
+                         help=BATCH_HELP + " (default: the Initiative's current batch)")
+    command.add_argument("--json", action="store_true", help="print the record as JSON")
     command.set_defaults(func=_status)
 
 
@@ -492,7 +524,9 @@ def _status(args: argparse.Namespace) -> int:
 
     service = service_of(args, read_only=True)
     if args.batch:
-        batch = service.batch(args.batch)
+        from lanes_es.cli.batch_ref import resolve_batch_id
+
+        batch = service.batch(resolve_batch_id(service.store, args.batch))
     elif args.slug:
         batch = service.active_batch(args.slug)
         if batch is None:
@@ -562,7 +596,7 @@ def _add_rebuild(commands: Any) -> None:
         "rebuild", help="rewrite the state file and report from the log (or check them)",
         description="Recompute every projection of a batch from its event log. With --check nothing is written and "
                     "the exit code is 1 on any byte of drift.")
-    command.add_argument("batch_id", metavar="BATCH_ID", nargs="?")
+    command.add_argument("batch_id", metavar="BATCH", nargs="?", help=BATCH_HELP)
     command.add_argument("--all", action="store_true", help="every batch in the store, and the read model of "
                          "`lanes-es batches` (a progress bar on a terminal); exit 1 when anything had drifted")
     command.add_argument("--check", action="store_true", help="write nothing; exit 1 on drift")
@@ -590,9 +624,11 @@ def _rebuild(args: argparse.Namespace) -> int:
 
         return rebuild_all(service, check=args.check)
     if args.batch_id:
-        batch_ids = [args.batch_id]
+        from lanes_es.cli.batch_ref import resolve_batch_id
+
+        batch_ids = [resolve_batch_id(service.store, args.batch_id)]
     else:
-        raise ServiceError("invalid_input", "name a BATCH_ID or pass --all")
+        raise ServiceError("invalid_input", "name a BATCH (its Initiative's slug or its id) or pass --all")
     results = service.rebuild(batch_ids, check=args.check)
     drifted = False
     for batch_id, items in results.items():

@@ -275,10 +275,10 @@ def is_path_allowed_for_child(path: str, task_id: str, scope_hint: list[str]) ->
     audit = f".imm/audit/{task_id}"
     if value == audit or value.startswith(audit + "/"):
         return True
-    return any(_entry_allows(value, entry) for entry in scope_hint)
+    return any(scope_entry_allows(value, entry) for entry in scope_hint)
 
 
-def _entry_allows(path: str, entry: str) -> bool:
+def scope_entry_allows(path: str, entry: str) -> bool:
     if "*" in entry or "?" in entry:
         return path_matches_scope(path, entry)
     return path == entry or path.startswith(entry + "/")

@@ -1,0 +1,141 @@
+"""What a newcomer meets, through the real command line: authoring an Initiative, the CLI's conventions, and
+every dead end found by trying (each test here failed before its fix).
+
+Each test runs `lanes-es` in a subprocess on a real repository and store (`repo` runs on both backends).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanes_es.exit_codes import EXIT_OK
+from tests.gitfixtures import make_repo, run_git
+from tests.integration.test_user_errors import lanes, refused
+
+PROJECT = Path(__file__).resolve().parents[2]
+GREET_CHECK = "python3 -c \"from greet import greet; assert greet('Ada') == 'Hello, Ada!'\""
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == EXIT_OK, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+@pytest.fixture
+def greeter(tmp_path: Path) -> Path:
+    return Path(make_repo(tmp_path / "greeter", files={"greet.py": "def greet(name):\n    raise NotImplementedError\n"}))
+
+
+# ---------------------------------------------------------------- authoring
+
+
+def test_the_readme_example_is_what_add_task_writes(greeter: Path) -> None:
+    readme = (PROJECT / "README.md").read_text(encoding="utf-8")
+    commands = re.search(r"```sh\n(lanes-es initiative new .*?)```", readme, re.S).group(1)
+    shell = f"set -e\nlanes-es() {{ {sys.executable} -m lanes_es.cli.main \"$@\"; }}\n{commands}"
+    done = subprocess.run(["bash", "-c", shell], cwd=greeter, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    assert done.returncode == 0, done.stderr
+    shown = re.search(r"```json\n(.*?)```", readme, re.S).group(1)
+    assert json.loads((greeter / "docs/plans/greet.intent.json").read_text()) == json.loads(shown)
+    shown_initiative = re.search(r"```markdown\n(.*?)```", readme, re.S).group(1)
+    assert (greeter / "docs/initiatives/greeting.md").read_text() == shown_initiative
+
+
+def test_authored_files_make_a_plan_and_the_plan_warns_of_scope_that_matches_nothing(greeter: Path) -> None:
+    ok(lanes(greeter, "initiative", "new", "greeting"))
+    ok(lanes(greeter, "initiative", "add-task", "greeting", "greet", "--goal", "Write greet", "--scope", "greet.py",
+             "--check", GREET_CHECK))
+    out = ok(lanes(greeter, "initiative", "add-task", "greeting", "cli", "--goal", "A command line",
+                   "--scope", "cli.py", "bin", "--blocked-by", "greet", "--check", "python3 cli.py Ada"))
+    assert "note: scope entry cli.py matches no committed file yet" in out
+    run_git(greeter, "add", "docs")
+    run_git(greeter, "commit", "-q", "-m", "Initiative greeting")
+    out = ok(lanes(greeter, "plan", "greeting"))
+    assert "greet [enrollable]" in out and "cli [enrollable] (blocked by greet)" in out
+    assert "warning: cli's scope cli.py, bin matches no file of HEAD" in out
+    plan = json.loads(ok(lanes(greeter, "plan", "greeting", "--json")))
+    assert plan["unmatched_scope"] == {"cli": ["cli.py", "bin"]}
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--check", "pytest -q | tee log"], ["uses shell syntax ('|')", "runs without a shell", "--check ./"]),
+    (["--check", "echo $HOME"], ["uses shell syntax ('$')"]),
+    (["--check", "/usr/bin/true"], ["absolute path"]),
+    (["--check", "true", "--blocked-by", "nope"], ["--blocked-by names nope"]),
+    (["--check", "true", "--scope", "../outside"], ["--scope[1]"]),
+])
+def test_a_task_that_cannot_be_written_is_refused_and_nothing_is_written(greeter: Path, args: list[str],
+                                                                          words: list[str]) -> None:
+    ok(lanes(greeter, "initiative", "new", "greeting"))
+    before = (greeter / "docs/initiatives/greeting.md").read_text()
+    refused(lanes(greeter, "initiative", "add-task", "greeting", "t1", "--goal", "g", "--scope", "greet.py", *args),
+            "invalid_task", *words)
+    assert (greeter / "docs/initiatives/greeting.md").read_text() == before
+    assert not (greeter / "docs/plans/t1.intent.json").exists()
+
+
+def test_authoring_refusals_name_the_command_that_moves_on(greeter: Path) -> None:
+    refused(lanes(greeter, "initiative", "add-task", "nope", "t1", "--goal", "g", "--scope", "a", "--check", "true"),
+            "initiative_not_found", "lanes-es initiative new nope")
+    ok(lanes(greeter, "initiative", "new", "greeting"))
+    refused(lanes(greeter, "initiative", "new", "greeting"), "initiative_exists", "lanes-es initiative add-task")
+
+
+# ---------------------------------------------------------------- a batch of one's own, and its dead ends
+
+EXECUTOR = """#!/bin/sh
+set -e
+printf 'def greet(name):\\n    return f"Hello, {name}!"\\n' > greet.py
+lanes-es task submit
+"""
+
+
+def authored(greeter: Path) -> Path:
+    """The greeter with a one-task Initiative `greeting`, committed, and a scripted Executor beside it that calls
+    plain `lanes-es` (found through the PATH the autopilot gives it)."""
+    ok(lanes(greeter, "initiative", "new", "greeting"))
+    ok(lanes(greeter, "initiative", "add-task", "greeting", "greet", "--goal", "Write greet", "--scope", "greet.py",
+             "--check", GREET_CHECK))
+    run_git(greeter, "add", "docs")
+    run_git(greeter, "commit", "-q", "-m", "Initiative greeting")
+    executor = greeter.parent / "executor"
+    executor.write_text(EXECUTOR)
+    executor.chmod(0o755)
+    return executor
+
+
+def lanes_es_script(*args: str, cwd: Path, path: str = "/usr/bin:/bin") -> subprocess.CompletedProcess[str]:
+    """The installed `lanes-es` script, run with a PATH that does not hold it (no activated venv)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    return subprocess.run([str(Path(sys.executable).parent / "lanes-es"), *args], cwd=cwd, text=True,
+                          capture_output=True, env={**env, "PATH": path}, stdin=subprocess.DEVNULL, timeout=300)
+
+
+@pytest.mark.usefixtures("store_url")
+def test_a_batch_of_ones_own_runs_without_an_activated_venv_and_is_verified_from_main(greeter: Path) -> None:
+    """Dead ends: the Executor's `lanes-es task submit` exited 127 without an activated venv; `--executor
+    ../relative` was looked up from each Lane; `verify` judged the checked-out branch (lineage_mismatch on main)."""
+    authored(greeter)
+    out = lanes_es_script("run", "greeting", "--max-parallel", "1", "--lanes-dir", "../lanes", "--executor",
+                          "../executor", "--yes", cwd=greeter)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr
+    assert "exited with 127" not in out.stdout and ": completed" in out.stdout
+    run_git(greeter, "switch", "-q", "main")
+    run_git(greeter, "merge", "-q", "--ff-only", "imm/greeting")
+    verified = lanes_es_script("verify", "greeting", cwd=greeter)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "completion: verified 1 children on the batch branch" in verified.stdout
+    run_git(greeter, "branch", "-q", "-D", "imm/greeting")
+    verified = lanes_es_script("verify", "greeting", cwd=greeter)
+    assert verified.returncode == 0 and "is gone" in verified.stdout, verified.stdout + verified.stderr
+    audit = lanes_es_script("audit", "batch-greeting", "-o", "../audit.html", cwd=greeter)  # an id prefix, and -o
+    assert audit.returncode == 0 and (greeter.parent / "audit.html").stat().st_size > 0, audit.stderr
