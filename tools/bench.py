@@ -26,7 +26,7 @@ def register(commands: Any) -> None:
                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     command.add_argument("--lanes", type=int, nargs="+", default=[1, 8, 32], help="values of N (default 1 8 32)")
     command.add_argument("--repeat", type=int, default=5, help="quiet ticks measured per N (default 5)")
-    command.add_argument("--json", action="store_true")
+    command.add_argument("--json", action="store_true", help="print the figures as JSON")
     command.set_defaults(func=lambda args: run_bench(args.lanes, args.repeat, args.json))
     others = command.add_subparsers(title="other benchmarks", metavar="WHAT")
     for module in OTHER_BENCHMARKS:

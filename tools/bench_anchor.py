@@ -24,7 +24,7 @@ def register(commands: Any) -> None:
     command.add_argument("--events", type=int, nargs="+", default=[50, 500, 2000],
                          help="log sizes to measure (default 50 500 2000)")
     command.add_argument("--repeat", type=int, default=5, help="checkpoints measured per size (default 5)")
-    command.add_argument("--json", action="store_true")
+    command.add_argument("--json", action="store_true", help="print the figures as JSON")
     command.set_defaults(func=lambda args: run_checkpoint_bench(args.events, args.repeat, args.json))
 
 

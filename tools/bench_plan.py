@@ -33,7 +33,7 @@ def register(others: Any) -> None:
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     command.add_argument("--slices", type=int, nargs="+", default=[500, 4000], help="values of N (default 500 4000)")
     command.add_argument("--repeat", type=int, default=3, help="runs of `plan` per N (default 3; authorize runs once)")
-    command.add_argument("--json", action="store_true")
+    command.add_argument("--json", action="store_true", help="print the figures as JSON")
     command.set_defaults(func=lambda args: run_plan_bench(args.slices, args.repeat, args.json))
 
 

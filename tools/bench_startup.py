@@ -33,7 +33,7 @@ def register(others: Any) -> None:
     command = others.add_parser("startup", help="start-up time of --help, status and task submit",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     command.add_argument("--repeat", type=int, default=7, help="runs per command (default 7)")
-    command.add_argument("--json", action="store_true")
+    command.add_argument("--json", action="store_true", help="print the figures as JSON")
     command.set_defaults(func=lambda args: run_startup_bench(args.repeat, args.json))
 
 

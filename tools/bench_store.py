@@ -49,7 +49,7 @@ def register(commands: Any) -> None:
     command.add_argument("--soak-processes", type=int, default=4, help="soak processes (default 4)")
     command.add_argument("--backend", action="append", choices=["sqlite", "postgresql"], default=None,
                          help="measure only this backend (repeatable; default both)")
-    command.add_argument("--json", action="store_true")
+    command.add_argument("--json", action="store_true", help="print the figures as JSON")
     command.set_defaults(func=run)
 
 

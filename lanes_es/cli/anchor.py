@@ -28,7 +28,7 @@ def register(commands: Any) -> None:
         description="`lanes-es key show` prints the public key that verifies this repository's checkpoints and "
                     "attestations (generating the signing key on first use, mode 600, in the git common dir; "
                     "LANES_ES_SIGNING_KEY names another key file). Give it to whoever verifies.")
-    command.add_argument("action", choices=["show"])
+    command.add_argument("action", choices=["show"], help="show: print the public key (signed-note form)")
     command.set_defaults(func=_key_show)
 
     command = commands.add_parser(
@@ -46,7 +46,7 @@ def register(commands: Any) -> None:
         description="Check a proof printed by `lanes-es prove`: the checkpoint's signature with the public key, "
                     "the event's leaf hash, and its audit path to the signed root. Needs no store and no "
                     "repository. Exit 0 when it holds, 1 when it does not.")
-    command.add_argument("proof", metavar="PROOF_FILE")
+    command.add_argument("proof", metavar="PROOF_FILE", help="the proof `lanes-es prove` wrote")
     command.add_argument("--public-key", required=True, metavar="KEY", help="the public key, or a file holding it")
     command.add_argument("--checkpoint", default=None, metavar="FILE",
                          help="the checkpoint to check against (default: the one the proof carries)")

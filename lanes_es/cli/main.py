@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_REFUSED, exit_code_text
 from lanes_es.cli.errors import run_guarded
@@ -59,6 +59,10 @@ COMMAND_MODULES: dict[str, tuple[str, str]] = {
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--root", "--store")
 DEFAULT_TICK_WAIT = 5.0  # lanes_es.service.DEFAULT_LOCK_WAIT, not imported so that building the parser stays cheap
+SLUG_HELP = "the Initiative: docs/initiatives/SLUG.md"
+ROOT_HELP = "the coordinator checkout (default: the current directory)"
+STORE_HELP = ("event store URL: a SQLite path, sqlite:///PATH, postgresql://USER@HOST:PORT/DB or memory: "
+              "(default: $LANES_ES_STORE, else <git common dir>/lanes-es/events.sqlite)")
 MAX_COUNT = 2**53 - 1
 BATCH_HELP = "the batch: its Initiative's slug, its batch id, or a unique prefix of the id"  # the largest count a record keeps (JavaScript's safe integer, as upstream)
 
@@ -88,13 +92,11 @@ def selected_command(argv: list[str]) -> str | None:
 
 def build_parser(selected: str | None = "*") -> argparse.ArgumentParser:
     """The parser; with `selected` a command word, only that command's module is imported ("*": every one)."""
-    parser = argparse.ArgumentParser(prog="lanes-es", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(prog="lanes-es", description=DESCRIPTION, epilog=EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_VersionAction, help="print the installed version of lanes-es and exit")
-    parser.add_argument("--root", default=".", help="the coordinator checkout (default: the current directory)")
-    parser.add_argument("--store", default=None,
-                        help="event store URL: a SQLite path, sqlite:///PATH, postgresql://USER@HOST:PORT/DB or memory: "
-                             "(default: $LANES_ES_STORE, else <git common dir>/lanes-es/events.sqlite)")
+    parser.add_argument("--root", default=".", help=ROOT_HELP)
+    parser.add_argument("--store", default=None, help=STORE_HELP)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_plan(commands)
     _add_authorize(commands)
@@ -113,21 +115,42 @@ def build_parser(selected: str | None = "*") -> argparse.ArgumentParser:
             if selected == name:  # asked for, and its module is not installed: whatever follows, say why
                 placeholder.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
                 placeholder.set_defaults(func=lambda args, name=name: _not_installed(name))
-    _with_exit_codes(parser)
+    _with_conventions(parser, top=True)
     return parser
 
 
-def _with_exit_codes(parser: argparse.ArgumentParser) -> None:
-    """Every command's --help ends with the exit-code table, kept line for line."""
+def _with_conventions(parser: argparse.ArgumentParser, top: bool = False) -> None:
+    """What every command has, as git's do: its --help ends with the exit-code table (kept line for line), and
+    the global options are taken after the command too (`lanes-es status SLUG --root DIR`)."""
     if parser.formatter_class is argparse.HelpFormatter:
         parser.formatter_class = HelpFormatter
     if EPILOG not in (parser.epilog or ""):
         parser.epilog = f"{parser.epilog}\n\n{EPILOG}" if parser.epilog else EPILOG
+    if not top and not any("--root" in action.option_strings for action in parser._actions):
+        shared = parser.add_argument_group("global options (also before the command)")
+        shared.add_argument("--root", default=argparse.SUPPRESS, metavar="ROOT", help=ROOT_HELP)
+        shared.add_argument("--store", default=argparse.SUPPRESS, metavar="STORE", help=STORE_HELP)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 if sub.add_help:  # a placeholder of a command whose module is missing has no help of its own
-                    _with_exit_codes(sub)
+                    _with_conventions(sub)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's, suggesting the closest command for a mistyped one (as git does)."""
+
+    def error(self, message: str) -> NoReturn:
+        import difflib
+        import re
+
+        mistyped = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if mistyped:
+            choices = re.findall(r"'([^']*)'", mistyped.group(2))
+            close = difflib.get_close_matches(mistyped.group(1), choices, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            message = f"{message.split(' (choose from')[0]}{hint} (`{self.prog} --help` lists the commands)"
+        super().error(message)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -218,7 +241,7 @@ def _add_plan(commands: Any) -> None:
     command = commands.add_parser("plan", help="show the batch plan of an Initiative (writes nothing)",
                                   description="Read docs/initiatives/SLUG.md and each task's docs/plans/<task>.intent.json "
                                               "and show the children, exclusions, parallel groups and scope conflicts.")
-    command.add_argument("slug", metavar="SLUG")
+    command.add_argument("slug", metavar="SLUG", help=SLUG_HELP)
     command.add_argument("--json", action="store_true", help="print the plan as JSON")
     command.set_defaults(func=_plan)
 
@@ -283,7 +306,7 @@ def _add_authorize(commands: Any) -> None:
         description="Show the confirmation facts and record your answer. For an Initiative whose batch is parked "
                     "(needs_human) or still running, this is a fresh confirmation of that same batch; otherwise a "
                     "new batch id is minted from the current plan and HEAD.")
-    command.add_argument("slug", metavar="SLUG")
+    command.add_argument("slug", metavar="SLUG", help=SLUG_HELP)
     command.add_argument("--max-parallel", type=positive_int, default=None, help="Lanes in flight at once (default 1)")
     command.add_argument("--max-children", type=positive_int, default=None,
                          help="children this authorization may start (default: every enrollable child)")
@@ -363,10 +386,11 @@ def _add_tick(commands: Any) -> None:
         description="Observe every Lane, commit and integrate settled work, admit offered Lanes, and report the "
                     "handoffs: provision (make a Lane), executor (work in it), release (remove it), coordinator "
                     "(send a correction).", epilog=EPILOG)
-    command.add_argument("slug", metavar="SLUG")
+    command.add_argument("slug", metavar="SLUG", help=SLUG_HELP)
     command.add_argument("--max-parallel", default=None, help="must repeat the authorized value when given")
     command.add_argument("--offer", action="append", default=[], metavar="TASK=PATH",
-                         help="offer the Lane at absolute PATH for TASK (repeatable)")
+                         help="offer the Lane at PATH (relative to the current directory, or absolute) for TASK "
+                              "(repeatable)")
     command.add_argument("--instruction", default=None, metavar="JSON",
                          help='a lane_instruction: {"task_id", "kind", "text", "session_state"}')
     command.add_argument("--revision", default=None, metavar="JSON",
@@ -424,7 +448,10 @@ def _tick(args: argparse.Namespace) -> int:
         task_id, sep, path = item.partition("=")
         if not sep:
             raise InvalidInput(f"invalid lane_offers: expected TASK=PATH, got {item!r}")
-        offers.append({"task_id": task_id, "path": path})
+        import os
+
+        # a path typed on the command line is the user's, from where they are (upstream's tool takes absolute ones)
+        offers.append({"task_id": task_id, "path": os.path.abspath(path) if path else path})
     inputs = parse_tick_inputs(max_parallel, offers or None, _json_argument(args.instruction, "lane_instruction"),
                                _json_argument(args.revision, "lane_revision"))
     from lanes_es.service import BatchBusy
@@ -512,7 +539,7 @@ def _handoff_text(handoff: dict[str, Any]) -> str:
 def _add_status(commands: Any) -> None:
     command = commands.add_parser("status", help="show a batch's current record",
                                   description="The current v2 record of the Initiative's active batch, or of --batch ID.")
-    command.add_argument("slug", metavar="SLUG", nargs="?")
+    command.add_argument("slug", metavar="SLUG", nargs="?", help=SLUG_HELP + " (or --batch)")
     command.add_argument("--batch", default=None, metavar="BATCH",
                          help=BATCH_HELP + " (default: the Initiative's current batch)")
     command.add_argument("--json", action="store_true", help="print the record as JSON")
@@ -576,7 +603,7 @@ def _add_flakes(commands: Any) -> None:
                                   description="Every check that failed on an integration candidate and then passed "
                                               "when the flake policy (authorize --flake-reruns N) ran it again, "
                                               "with how often and in how many batches, most frequent first.")
-    command.add_argument("--json", action="store_true")
+    command.add_argument("--json", action="store_true", help="print the checks as JSON")
     command.set_defaults(func=_flakes)
 
 
@@ -644,9 +671,9 @@ def _add_retire(commands: Any) -> None:
     command = commands.add_parser("retire", help="retire the Initiative's stale batch (superseded)",
                                   description="upstream's retire_stale_batch: the active batch becomes superseded. "
                                               "Refused while a child is in flight.")
-    command.add_argument("slug", metavar="SLUG")
+    command.add_argument("slug", metavar="SLUG", help=SLUG_HELP)
     command.add_argument("--yes", action="store_true", help="confirm without asking")
-    command.add_argument("--json", action="store_true")
+    command.add_argument("--json", action="store_true", help="print the superseded record's summary as JSON")
     command.set_defaults(func=_retire)
 
 

@@ -90,10 +90,11 @@ class BatchFeed:
         self.version = 0
         self.lock = threading.Lock()
 
-    def follow(self, batch_id: str) -> None:
+    def follow(self, batch_id: str, after: int = 0) -> None:
+        """Tell the events of `batch_id` after version `after` (those before were told by an earlier run)."""
         with self.lock:
             if batch_id != self.batch_id:
-                self.batch_id, self.version = batch_id, 0
+                self.batch_id, self.version = batch_id, after
 
     def drain(self, emit: Callable[[dict[str, Any]], None]) -> int:
         """Hand each new event to `emit`, in log order (under the lock: two readers never reorder them)."""

@@ -21,7 +21,7 @@ from lanes_es.steward.executors import Executors
 from lanes_es.steward.lanes import Steward, StewardRefusal
 from lanes_es.steward.lease import StewardLease
 from lanes_es.steward.feed import BatchFeed, subjects
-from lanes_es.steward.progress import Board, Progress, Row, steward_item
+from lanes_es.steward.progress import Board, Progress, Row, note_item, steward_item
 from lanes_es.steward.summary import exit_code, summary_lines
 from lanes_es.tick_input import LaneOfferInput
 
@@ -98,9 +98,17 @@ class Autopilot:
             self.lease.confirm()
 
     def follow_current_batch(self) -> None:
+        """Follow the batch this run goes on with, from its newest event: a resumed run tells only what is new."""
         initiative = self.service.initiative(self.slug)
-        if self.feed is not None and initiative is not None and initiative.current is not None:
-            self.feed.follow(initiative.current.batch_id)
+        if self.feed is None or initiative is None or initiative.current is None:
+            return
+        batch_id = initiative.current.batch_id
+        batch = self.service.store.batch(batch_id)
+        already = batch.version if batch is not None else 0
+        self.feed.follow(batch_id, after=already)
+        if already:
+            self.progress.tell(note_item(f"going on with batch {batch_id}: its log holds {already} events already "
+                                         f"(`lanes-es replay {batch_id}` shows them); new ones follow"))
 
     # ------------------------------------------------------------ one tick
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 Out = Callable[[str], None]
+IN_FLIGHT = frozenset({"lane_admitted", "enrolled", "settled", "lane_committed"})  # a Lane at work
 
 
 @dataclass(frozen=True)
@@ -68,25 +69,41 @@ def lines_of(item: dict[str, Any]) -> list[str]:
 
 
 class LineProgress:
-    """Plain lines: the log's events with the time since the start, the steward's moves, the summary."""
+    """Plain lines: the log's events with the time since the start, the steward's moves, the summary; while
+    nothing happens for a while (Executors at work), a line every `quiet` seconds says who is working, so a log
+    or a CI job shows that the run is alive."""
 
-    def __init__(self, out: Out, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, out: Out, clock: Callable[[], float] = time.monotonic, quiet: float = 30.0) -> None:
         self.out = out
         self.clock = clock
-        self.started = clock()
+        self.started = self.last = clock()
+        self.quiet = quiet
 
     def tell(self, item: dict[str, Any]) -> None:
+        self.last = self.clock()
         if item["kind"] == "event":
-            self.out(f"[{self.clock() - self.started:6.1f}s] {item['text']}")
+            self.out(f"[{self.last - self.started:6.1f}s] {item['text']}")
             return
         for line in lines_of(item):
             self.out(line)
 
     def show(self, board: Board) -> None:
-        pass  # the events already said it, line by line
+        now = self.clock()
+        busy = [row for row in board.rows if row.state in IN_FLIGHT]
+        if now - self.last < self.quiet or not busy:  # the events say it line by line
+            return
+        self.last = now
+        working = [f"{row.task_id} {row.state}{f' ({row.note})' if row.note else ''} for {_duration(now - row.since)}"
+                   for row in busy]
+        self.out(f"[{now - self.started:6.1f}s] still working: {board.done}/{board.total} done; {'; '.join(working)}")
 
     def close(self) -> None:
         pass
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
 
 
 class JsonProgress:

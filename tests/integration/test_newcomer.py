@@ -139,3 +139,49 @@ def test_a_batch_of_ones_own_runs_without_an_activated_venv_and_is_verified_from
     assert verified.returncode == 0 and "is gone" in verified.stdout, verified.stdout + verified.stderr
     audit = lanes_es_script("audit", "batch-greeting", "-o", "../audit.html", cwd=greeter)  # an id prefix, and -o
     assert audit.returncode == 0 and (greeter.parent / "audit.html").stat().st_size > 0, audit.stderr
+
+
+# ---------------------------------------------------------------- conventions
+
+
+def test_global_options_are_taken_after_the_command_too(greeter: Path, tmp_path: Path) -> None:
+    ok(lanes(greeter, "initiative", "new", "greeting"))
+    ok(lanes(tmp_path, "initiative", "add-task", "greeting", "greet", "--goal", "g", "--scope", "greet.py",
+             "--check", "true", "--root", str(greeter)))
+    assert (greeter / "docs/plans/greet.intent.json").is_file()
+
+
+def test_a_mistyped_command_gets_a_suggestion(tmp_path: Path) -> None:
+    for typed, meant in ((["stauts"], "'status'"), (["task", "sbumit"], "'submit'"), (["initiative", "ad-task"],
+                                                                                     "'add-task'")):
+        result = lanes(tmp_path, *typed)
+        assert result.returncode == 2 and f"did you mean {meant}?" in result.stderr, result.stderr
+
+
+@pytest.mark.usefixtures("store_url")
+def test_a_lane_offered_by_a_relative_path_is_admitted(greeter: Path) -> None:
+    authored(greeter)
+    ok(lanes(greeter, "authorize", "greeting", "--yes"))
+    first = lanes(greeter, "tick", "greeting", "--json")
+    handoff = json.loads(first.stdout)["handoffs"][0]
+    run_git(greeter, "worktree", "add", "-q", "-b", handoff["lane_branch"], "../lane-greet", handoff["base_head"])
+    tick = lanes(greeter, "tick", "greeting", "--offer", "greet=../lane-greet")
+    assert tick.returncode == 0, tick.stdout + tick.stderr
+    assert "greet" in tick.stdout and "enrolled" in tick.stdout
+
+
+@pytest.mark.usefixtures("store_url")
+def test_a_resumed_run_tells_only_what_is_new(greeter: Path) -> None:
+    """Dead end: a run going on with a batch reprinted every event of its log as if new."""
+    executor = authored(greeter)
+    ready = greeter.parent / "ready"
+    executor.write_text(f"#!/bin/sh\n[ -f {ready} ] || exit 1\n" + EXECUTOR.split("\n", 1)[1])
+    first = lanes_es_script("run", "greeting", "--max-parallel", "1", "--lanes-dir", "../lanes", "--executor",
+                            "../executor", "--yes", "--poll", "0.2", cwd=greeter)
+    assert first.returncode == 3 and "greet: lane admitted" in first.stdout, first.stdout + first.stderr
+    ready.write_text("")
+    second = lanes_es_script("run", "greeting", "--max-parallel", "1", "--lanes-dir", "../lanes", "--executor",
+                             "../executor", "--poll", "0.2", cwd=greeter)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "going on with batch batch-greeting-" in second.stdout
+    assert "greet: lane admitted" not in second.stdout and "greet: settled" in second.stdout

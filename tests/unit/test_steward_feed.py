@@ -81,3 +81,23 @@ def test_two_readers_tell_every_event_once_in_log_order():
     assert feed.drain(told.append) == 0
     feed.follow("c-after-b")
     assert feed.version == 0
+
+
+def test_plain_lines_say_who_works_while_nothing_else_happens():
+    from lanes_es.steward.progress import Board, LineProgress, Row
+
+    now = [100.0]
+    lines: list[str] = []
+    progress = LineProgress(lines.append, clock=lambda: now[0], quiet=30.0)
+    board = Board("batch-x", "running", 1, 0, 2, [Row("greet", "enrolled", 100.0, "Executor working (pid 7)"),
+                                                   Row("cli", "pending", 100.0)])
+    now[0] = 120.0
+    progress.show(board)
+    assert lines == []  # not quiet for long yet
+    now[0] = 131.0
+    progress.show(board)
+    assert lines == ["[  31.0s] still working: 0/2 done; greet enrolled (Executor working (pid 7)) for 31s"]
+    progress.tell({"kind": "note", "text": "news"})
+    now[0] = 140.0
+    progress.show(board)
+    assert lines[-1] == "news"  # a line was told since: the quiet starts again
