@@ -23,7 +23,10 @@ from lanes_es.domain.record import apply_event, prepared_record
 from .timeline import AnchorMarks, TimelineRow, tasks_in_plan_order, timeline
 
 LABEL_WIDTH = 190
-LANE_HEIGHT = 22
+LANE_HEIGHT = 30
+BAND_TOP, BAND_HEIGHT = 4, 10  # a lane's state band, from the lane's top
+MARKER_MIDDLE = 9  # the markers sit on the band
+LABEL_BASELINE = 26  # an integration's commit, under its marker
 AXIS_HEIGHT = 34
 BATCH_LANE = "(batch)"
 MIN_LABEL_GAP = 70  # px between two time labels on the axis
@@ -170,31 +173,44 @@ def _legend() -> str:
 
 
 def _step_width(count: int) -> float:
-    """Pixels per event: roomy for short logs, narrower (the lane scrolls) for long ones."""
+    """Pixels per event at the timeline's narrowest (a long log scrolls); it widens to fill the page."""
     return max(3.0, min(14.0, 24000.0 / max(count, 1)))
 
 
+class _Axis:
+    """Where event `index` sits: a percentage of the timeline's width, so the timeline fills the page (an SVG
+    with a fixed width used a fifth of it for a short log), and its narrowest width in pixels, at which the
+    labels are thinned so that they never overlap (wider, they only move apart)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = max(count, 1)
+        self.step = _step_width(count)
+        self.min_width = int(self.step * (self.count + 1))
+
+    def at(self, index: float) -> str:
+        return f"{(index + 0.5) / (self.count + 1) * 100:.3f}%"
+
+    def pixels(self, index: float) -> float:
+        """`index`'s place at the narrowest width, for spacing labels."""
+        return self.step * (index + 0.5)
+
+
 def _swimlanes(rows: list[TimelineRow], tasks: list[str], bands: dict[str, list[tuple[int, str]]]) -> str:
-    step = _step_width(len(rows))
+    axis = _Axis(len(rows))
     lanes = [BATCH_LANE, *tasks]
     lane_of = {task: index for index, task in enumerate(lanes)}
-    width = int(step * max(len(rows), 1) + 2 * step + 40)
     height = AXIS_HEIGHT + LANE_HEIGHT * len(lanes)
-
-    def x(index: int) -> float:
-        return round(step * (index + 1), 1)
-
-    svg: list[str] = [f"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" "
-                      f"role=\"img\" aria-label=\"Swimlane timeline\">"]
+    svg: list[str] = [f"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"100%\" height=\"{height}\" "
+                      f"style=\"min-width:{axis.min_width}px\" role=\"img\" aria-label=\"Swimlane timeline\">"]
     for position in range(len(lanes)):
         top = AXIS_HEIGHT + position * LANE_HEIGHT
         shade = "lane-even" if position % 2 == 0 else "lane-odd"
-        svg.append(f"<rect class=\"{shade}\" x=\"0\" y=\"{top}\" width=\"{width}\" height=\"{LANE_HEIGHT}\"/>")
-    svg.extend(_tick_lines(rows, x, height))
+        svg.append(f"<rect class=\"{shade}\" x=\"0\" y=\"{top}\" width=\"100%\" height=\"{LANE_HEIGHT}\"/>")
+    svg.extend(_tick_lines(rows, axis, height))
     for task, changes in bands.items():
-        svg.extend(_bands_of(lane_of.get(task), changes, x, len(rows)))
+        svg.extend(_bands_of(lane_of.get(task), changes, axis, len(rows)))
     for index, row in enumerate(rows):
-        svg.extend(_markers_of(row, index, lane_of, x))
+        svg.extend(_markers_of(row, index, lane_of, axis))
     svg.append("</svg>")
     labels = "".join(
         f"<div class=\"lane-label\" data-task=\"{_text(task)}\" title=\"{_text(task)}\">{_text(task)}</div>"
@@ -204,71 +220,72 @@ def _swimlanes(rows: list[TimelineRow], tasks: list[str], bands: dict[str, list[
             f"<div class=\"lanes\">{''.join(svg)}</div></div>")
 
 
-def _tick_lines(rows: list[TimelineRow], x: Any, height: int) -> list[str]:
+def _tick_lines(rows: list[TimelineRow], axis: _Axis, height: int) -> list[str]:
     out: list[str] = []
     previous_at = None
-    free_from = float("-inf")  # where the axis has room for the next label
+    free_from = float("-inf")  # where the axis has room for the next label, at the narrowest width
     last_day = ""
     for index, row in enumerate(rows):
         if row.at == previous_at:
             continue
         previous_at = row.at
-        left = x(index) - _step_width(len(rows)) / 2
+        left = axis.at(index - 0.5)
         out.append(f"<line class=\"tick\" x1=\"{left}\" y1=\"{AXIS_HEIGHT - 6}\" x2=\"{left}\" y2=\"{height}\">"
                    f"<title>tick at {_text(row.at)}</title></line>")
         # The date only where it changes; a tick's time of day otherwise.
         shown = row.at[11:19] if row.at[:10] == last_day else f"{row.at[5:10]} {row.at[11:19]}"
-        if left >= free_from:
-            free_from = left + max(MIN_LABEL_GAP, len(shown) * LABEL_CHAR_WIDTH + 10)
+        here = axis.pixels(index - 0.5)
+        if here >= free_from:
+            free_from = here + max(MIN_LABEL_GAP, len(shown) * LABEL_CHAR_WIDTH + 10)
             last_day = row.at[:10]
-            out.append(f"<text class=\"time\" x=\"{left + 2}\" y=\"12\">{_text(shown)}</text>"
-                       f"<text class=\"index\" x=\"{left + 2}\" y=\"24\">#{row.version}</text>")
+            out.append(f"<text class=\"time\" x=\"{left}\" dx=\"2\" y=\"12\">{_text(shown)}</text>"
+                       f"<text class=\"index\" x=\"{left}\" dx=\"2\" y=\"24\">#{row.version}</text>")
     return out
 
 
-def _bands_of(lane: int | None, changes: list[tuple[int, str]], x: Any, count: int) -> list[str]:
+def _bands_of(lane: int | None, changes: list[tuple[int, str]], axis: _Axis, count: int) -> list[str]:
     if lane is None:
         return []
-    top = AXIS_HEIGHT + lane * LANE_HEIGHT + 5
+    top = AXIS_HEIGHT + lane * LANE_HEIGHT + BAND_TOP
     out: list[str] = []
     for position, (index, state) in enumerate(changes):
         colour = STATE_COLOURS.get(state)
         if colour is None:  # pending: no band
             continue
         end = changes[position + 1][0] if position + 1 < len(changes) else count
-        start_x, end_x = x(index), x(end) if end < count else x(count - 1) + 6
-        out.append(f"<rect x=\"{start_x}\" y=\"{top}\" width=\"{max(end_x - start_x, 2):.1f}\" "
-                   f"height=\"{LANE_HEIGHT - 10}\" rx=\"3\" fill=\"{colour}\"/>")
+        width = f"{max(end - index, 0.3) / (axis.count + 1) * 100:.3f}%"
+        out.append(f"<rect x=\"{axis.at(index)}\" y=\"{top}\" width=\"{width}\" height=\"{BAND_HEIGHT}\" rx=\"3\" "
+                   f"fill=\"{colour}\"/>")
     return out
 
 
-def _markers_of(row: TimelineRow, index: int, lane_of: dict[str, int], x: Any) -> list[str]:
+def _markers_of(row: TimelineRow, index: int, lane_of: dict[str, int], axis: _Axis) -> list[str]:
     task = row.task_id if row.task_id in lane_of else BATCH_LANE
-    middle = AXIS_HEIGHT + lane_of[task] * LANE_HEIGHT + LANE_HEIGHT / 2
-    out = [_marker(row, x(index), middle, task)]
+    top = AXIS_HEIGHT + lane_of[task] * LANE_HEIGHT
+    out = [_marker(row, axis.at(index), top + MARKER_MIDDLE, task)]
     if row.event == "Integrated":
-        out.append(f"<text class=\"sha\" x=\"{x(index) + 6}\" y=\"{middle + 4}\">"
-                   f"{_text(str(row.facts.get('commit', ''))[:7])}</text>")
+        # under its marker, in the lane's own label line: a lane holds one integration, so no two labels meet
+        out.append(f"<text class=\"sha\" x=\"{axis.at(index)}\" y=\"{top + LABEL_BASELINE}\" "
+                   f"text-anchor=\"middle\">{_text(str(row.facts.get('commit', ''))[:7])}</text>")
     if row.event == "Parked":
         for skipped in row.facts.get("skipped", []):
             if skipped in lane_of:
-                lower = AXIS_HEIGHT + lane_of[skipped] * LANE_HEIGHT + LANE_HEIGHT / 2
-                out.append(_marker(row, x(index), lower, skipped, colour=STATE_COLOURS["skipped_blocked"]))
+                lower = AXIS_HEIGHT + lane_of[skipped] * LANE_HEIGHT + MARKER_MIDDLE
+                out.append(_marker(row, axis.at(index), lower, skipped, colour=STATE_COLOURS["skipped_blocked"]))
     return out
 
 
-def _marker(row: TimelineRow, cx: float, cy: float, task: str, colour: str | None = None) -> str:
+def _marker(row: TimelineRow, cx: str, cy: float, task: str, colour: str | None = None) -> str:
     title = _text(f"#{row.version} {row.at} {row.event}" + (f" {row.task_id}" if row.task_id else "")
                   + "\n" + _facts_text(row.facts, limit=600))
     if row.transition is not None or colour is not None:
         fill = colour or MARKER_COLOURS[row.transition]
-        shape = f"<circle cx=\"{cx}\" cy=\"{cy}\" r=\"4.5\" fill=\"{fill}\"/>"
+        shape = f"<circle r=\"4.5\" fill=\"{fill}\"/>"
     else:
-        fill = OTHER_MARKER
-        shape = (f"<rect x=\"{cx - 3}\" y=\"{cy - 3}\" width=\"6\" height=\"6\" fill=\"{fill}\" "
-                 f"transform=\"rotate(45 {cx} {cy})\"/>")
+        shape = f"<rect x=\"-3\" y=\"-3\" width=\"6\" height=\"6\" fill=\"{OTHER_MARKER}\" transform=\"rotate(45)\"/>"
+    # an inner svg placed at the event's share of the width; the shape in pixels around its origin
     return (f"<a href=\"#v{row.version}\" class=\"mark\" data-task=\"{_text(task)}\">"
-            f"<title>{title}</title>{shape}</a>")
+            f"<title>{title}</title><svg x=\"{cx}\" y=\"{cy}\" overflow=\"visible\">{shape}</svg></a>")
 
 
 def _facts_text(facts: dict[str, Any], limit: int = 0) -> str:
@@ -394,7 +411,7 @@ h1{font-size:19px;margin:0 0 6px}h2{font-size:16px;margin:22px 0 8px}
 .axis-label{height:var(--axis);box-sizing:border-box;padding:10px 8px 0;color:var(--muted);font-size:12px;position:sticky;top:0;background:var(--bg);z-index:4}
 .lane-label{height:var(--lane);line-height:var(--lane);padding:0 8px;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .lane-label:nth-of-type(even){background:var(--soft)}
-.lanes{flex:none}.lanes svg{display:block}
+.lanes{flex:1 1 auto;min-width:0;padding-right:36px}.lanes svg{display:block;overflow:visible}
 .lane-even{fill:#ffffff}.lane-odd{fill:#f5f7fa}
 .tick{stroke:#a3adb8;stroke-width:1;stroke-dasharray:3 3}
 .attested,.checkpointed{display:inline-block;font-size:11px;padding:0 5px;border-radius:8px;border:1px solid #3a7d44;color:#3a7d44;margin-left:4px}

@@ -167,3 +167,52 @@ def test_the_network_check_sees_a_page_that_loads_something(tmp_path: Path):
         "http://fetch.example.invalid/f", "http://frame.example.invalid/f", "http://prefetch.example.invalid/p",
         "https://cdn.example.invalid/x.js"]
     assert not any("example.invalid" in url for url in browser_asked)
+
+
+MEASURE = """<script>
+(() => {
+  const box = (element) => { const r = element.getBoundingClientRect();
+    return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, text: element.textContent || element.tagName}; };
+  const timeline = document.querySelector('.swim svg');
+  const out = {
+    swim: box(document.querySelector('.swim')), labels: box(document.querySelector('.swim .labels')),
+    svg: box(timeline),
+    texts: [...timeline.querySelectorAll('text')].map(box),
+    marks: [...timeline.querySelectorAll('a.mark svg > *')].map(box),
+  };
+  const pre = document.createElement('pre'); pre.id = 'measured'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>"""
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return a["left"] < b["right"] - 0.5 and b["left"] < a["right"] - 0.5 and a["top"] < b["bottom"] - 0.5 \
+        and b["top"] < a["bottom"] - 0.5
+
+
+def test_the_timeline_uses_the_width_and_its_labels_never_overlap(demo, tmp_path: Path, capsys):
+    """The boxes as Chromium lays them out: the timeline fills the page beside the lane names, and no label (a
+    tick's time and index, an integration's commit) overlaps another label or an event's marker."""
+    repo, batch_id = demo
+    page = tmp_path / "audit.html"
+    assert main(["--root", str(repo), "audit", batch_id, "-o", str(page)]) == 0
+    capsys.readouterr()
+    measured = tmp_path / "measured.html"
+    measured.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
+    dom = chromium("--window-size=1400,1000", "--dump-dom", measured.as_uri(), profile=tmp_path / "profile")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = json.loads(dom.stdout.split('<pre id="measured">', 1)[1].split("</pre>", 1)[0].replace("&quot;", '"')
+                       .replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+    room = found["swim"]["right"] - found["labels"]["right"]
+    used = found["svg"]["right"] - found["svg"]["left"]
+    assert used >= 0.9 * room, f"the timeline uses {used:.0f} of {room:.0f} px"
+    texts, marks = found["texts"], found["marks"]
+    assert len(texts) > 10 and len(marks) > 40
+    commits = [text for text in texts if len(text["text"]) == 7 and text["text"] not in ("#", "")]
+    assert len(commits) == 6, commits
+    clashes = [(a["text"], b["text"]) for i, a in enumerate(texts) for b in texts[i + 1:] if overlap(a, b)]
+    clashes += [(a["text"], "a marker") for a in texts for b in marks if overlap(a, b)]
+    assert not clashes, clashes
+    # the control: the check sees an overlap where there is one
+    assert overlap(marks[0], dict(marks[0]))
