@@ -1,6 +1,6 @@
 """`lanes-es mcp`: upstream's batch tools for an agent host, over MCP on stdio.
 
-Tools (contracts §11.1):
+Tools (docs/upstream.md#authorization-reuse-and-the-tool-surface):
 - `start_unattended_batch`: one tick of the Initiative's lane batch, with upstream's input
   schema (initiative_slug, max_parallel, lane_offers, final_verification, lane_instruction,
   lane_revision). Arguments are parsed with upstream's limits and messages before any gate

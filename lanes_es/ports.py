@@ -182,18 +182,18 @@ class BatchGit(Protocol):
 
     def preflight(self, root: str, initiative_slug: str, base_head: str, *,
                   reuse_head: str | None = None) -> PreflightResult:
-        """contracts §6.1. `reuse_head` is the expected head of the newest settled batch that may reuse the branch."""
+        """docs/upstream.md#the-batch-branch-preflight. `reuse_head` is the expected head of the newest settled batch that may reuse the branch."""
 
     def commit_child(self, lane_path: str, task_id: str, batch_id: str, expected_head: str,
                      branch: str, evidence: Any) -> str:
-        """contracts §6.4: the lane commit; raises PortError with upstream's message."""
+        """docs/upstream.md#the-lane-commit: the lane commit; raises PortError with upstream's message."""
 
     def lookup_batch_commit(self, lane_path: str, task_id: str, batch_id: str, expected_head: str,
                             branch: str, evidence: Any) -> str | None:
-        """contracts §6.5: an existing lane commit for this child and batch, verified, or None."""
+        """docs/upstream.md#finding-a-lane-commit-again: an existing lane commit for this child and batch, verified, or None."""
 
     def read_intent(self, root: str, task_id: str, intent_path: str | None) -> IntentRead:
-        """contracts §7.2 readTaskIntent: tracked, regular, no symlink, <= 64 KiB, parsed. Raises PortError."""
+        """docs/upstream.md#taskintent-v1 readTaskIntent: tracked, regular, no symlink, <= 64 KiB, parsed. Raises PortError."""
 
 
 class LaneGit(Protocol):
@@ -201,14 +201,14 @@ class LaneGit(Protocol):
         """Branch, HEAD and porcelain entries of the coordinator in one read."""
 
     def inspect_lane(self, coordinator_root: str, lane_path: str) -> LaneFacts:
-        """contracts §6.2, without the claim (the tick asks the kernel): at most 2 git spawns."""
+        """docs/upstream.md#lane-inspection-and-admission, without the claim (the tick asks the kernel): at most 2 git spawns."""
 
     def resolve_root(self, root: str) -> str:
         """realpath(root), or root unchanged."""
 
     def classify_lineage(self, root: str, branch: str, expected_head: str, commits: list[str],
                          batch_id: str, view: CoordinatorView | None = None) -> Lineage:
-        """contracts §6.3; `view` saves the branch and HEAD read when the caller has one."""
+        """docs/upstream.md#the-batch-lineage; `view` saves the branch and HEAD read when the caller has one."""
 
     def build_candidate(self, request: IntegrationRequest) -> CandidateBuild:
         """The candidate `request.batch_head` + the lane commit, the branch untouched; IntegrationError as integrate."""
@@ -220,7 +220,7 @@ class LaneGit(Protocol):
 
     def verify_candidate(self, request: IntegrationRequest, build: CandidateBuild, slots: Any,
                          flake_reruns: int = 0) -> CandidateVerdict:
-        """The acceptance rerun of §9.7 on the candidate, each task's checks on its own fresh tree, at most as
+        """The acceptance rerun of docs/upstream.md#the-descriptor-rerun-and-deterministic-qa on the candidate, each task's checks on its own fresh tree, at most as
         many at once as `slots` (a semaphore) allows; IntegrationError when the rerun cannot run at all.
         A failed task whose failed checks all existed, unchanged, at the lane base runs again, up to
         `flake_reruns` times."""
@@ -229,15 +229,15 @@ class LaneGit(Protocol):
         """The branch's lineage checked as integrate checks it, then a fast-forward to `commit`."""
 
     def integrate(self, request: IntegrationRequest, checks: list[CandidateCheck] | None = None) -> str:
-        """contracts §6.6: the new batch head; raises IntegrationError (branch unmoved). `checks`, when given,
+        """docs/upstream.md#the-guarded-integration: the new batch head; raises IntegrationError (branch unmoved). `checks`, when given,
         receives each task's rerun on the candidate (findings and output digests) for the log."""
 
     def find_integrated(self, root: str, task_id: str, batch_id: str, from_head: str, lane_base: str,
                         lane_commit: str) -> str | None:
-        """contracts §6.6 findIntegratedCandidate."""
+        """docs/upstream.md#the-guarded-integration findIntegratedCandidate."""
 
     def audit_reachable(self, root: str, head: str, task_id: str) -> bool:
-        """contracts §6.2: a complete audit pair for the task in `head`'s tree."""
+        """docs/upstream.md#lane-inspection-and-admission: a complete audit pair for the task in `head`'s tree."""
 
 
 class Kernel(Protocol):
@@ -267,4 +267,4 @@ class Tracker(Protocol):
 
 class Verifier(Protocol):
     def run_final_verification(self, root: str, commands: list[str]) -> tuple[str, list[CommandResult]]:
-        """contracts §9.1: (head, results), each command split on spaces and run without a shell."""
+        """docs/upstream.md#final-verification: (head, results), each command split on spaces and run without a shell."""

@@ -1,4 +1,4 @@
-"""Real git repositories, Lanes and intents for tests (scenarios.md §1, REAL-GIT and REAL-WT).
+"""Real git repositories, Lanes and intents for tests (tests/SCENARIOS.md, REAL-GIT and REAL-WT).
 
 The usual layout, as upstream's tests build it:
 
@@ -254,7 +254,7 @@ def audit_pair_paths(task_id: str, run_id: str = "run-1") -> tuple[str, str]:
 def task_record(task_id: str, run_id: str = "run-1", *, lifecycle: str = "done",
                 at: str = "2026-01-01T00:00:00.000Z", goal: str | None = None,
                 scope_hint: list[str] | None = None) -> dict[str, Any]:
-    """A minimal done task record whose last history event is the completion (contracts §11.3)."""
+    """A minimal done task record whose last history event is the completion (docs/upstream.md#the-audit-pair)."""
     return {
         "contract": "assurance_kernel/task_record/v4",
         "task_id": task_id,

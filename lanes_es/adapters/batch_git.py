@@ -1,4 +1,4 @@
-"""`GitBatch`: the BatchGit port on real git (contracts §6.1, §6.4, §6.5, §7.2).
+"""`GitBatch`: the BatchGit port on real git (docs/upstream.md#the-batch-branch-preflight, #the-lane-commit, #finding-a-lane-commit-again, #taskintent-v1).
 
 The batch-branch preflight at the coordinator, the lane commit in a Lane (and the lookup
 that adopts one a crash left behind), and the reading of a TaskIntent sidecar.
@@ -81,7 +81,7 @@ class GitBatch:
     def __init__(self) -> None:
         self._tracked_plans: dict[str, set[str]] = {}
 
-    # ------------------------------------------------------------ preflight (§6.1)
+    # ------------------------------------------------------------ preflight (docs/upstream.md#the-batch-branch-preflight)
 
     def preflight(self, root: str, initiative_slug: str, base_head: str, *,
                   reuse_head: str | None = None) -> PreflightResult:
@@ -147,7 +147,7 @@ class GitBatch:
         reason = "batch_branch_exists" if "already exists" in created.error_text else "branch_creation_failed"
         return _refused(reason, f"git checkout -b {branch} {base_head} failed: {created.error_text}")
 
-    # ------------------------------------------------------------ lane commit (§6.4)
+    # ------------------------------------------------------------ lane commit (docs/upstream.md#the-lane-commit)
 
     def commit_child(self, lane_path: str, task_id: str, batch_id: str, expected_head: str, branch: str,
                      evidence: SettledEvidence | None) -> str:
@@ -213,7 +213,7 @@ class GitBatch:
         _require_in_scope(changed, task_id, scope_hint)
         return commit
 
-    # ------------------------------------------------------------ lookup (§6.5)
+    # ------------------------------------------------------------ lookup (docs/upstream.md#finding-a-lane-commit-again)
 
     def lookup_batch_commit(self, lane_path: str, task_id: str, batch_id: str, expected_head: str, branch: str,
                             evidence: SettledEvidence | None) -> str | None:
@@ -268,7 +268,7 @@ class GitBatch:
                       match.commit).stdout.decode("utf-8", "surrogateescape")
         _require_in_scope([path for path in changed.split("\0") if path], task_id, scope_hint)
 
-    # ------------------------------------------------------------ TaskIntent (§7.2)
+    # ------------------------------------------------------------ TaskIntent (docs/upstream.md#taskintent-v1)
 
     def read_intent(self, root: str, task_id: str, intent_path: str | None) -> IntentRead:
         """readTaskIntent: a tracked, regular sidecar reached without symlinks, at most 64 KiB, parsed."""
@@ -322,7 +322,7 @@ def _listed(paths: list[str], limit: int = 5) -> str:
 
 
 def _require_reviewed_delivery(lane_path: str, expected_head: str, tree: str, settled: SettledEvidence) -> None:
-    """contracts §6.4 step 10: the tree about to be committed carries the change QA reviewed, nothing else."""
+    """docs/upstream.md#the-lane-commit: the tree about to be committed carries the change QA reviewed, nothing else."""
     if settled.delivery_identity is None:
         return  # a run settled before the identity was kept: nothing to compare with
     if tree_delivery(lane_path, expected_head, tree, settled.task_id, settled.scope_hint) != settled.delivery_identity:

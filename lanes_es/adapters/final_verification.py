@@ -1,5 +1,5 @@
 """Final verification: the recorded project commands, run on the batch branch once every child
-is integrated (contracts §9.1).
+is integrated (docs/upstream.md#final-verification).
 
 Each command is split on single spaces into an executable and its argv and spawned with no
 shell, in the coordinator root, with the process environment and no stdio. A command that

@@ -32,7 +32,7 @@ def has_local_initiative(root: str, slug: str) -> bool:
 
 
 def read_local_initiative(root: str, slug: str) -> dict[str, Any]:
-    """The carrier's observation (contracts §10.1); PortError with upstream's message otherwise."""
+    """The carrier's observation (docs/upstream.md#the-local-initiative); PortError with upstream's message otherwise."""
     if not is_valid_id(slug):
         raise PortError("initiative_slug is invalid")
     relative = carrier_path(slug)

@@ -1,4 +1,4 @@
-"""The reference kernel: the embedded default behind the `Kernel` port (DESIGN §6).
+"""The reference kernel: the embedded default behind the `Kernel` port (docs/architecture.md).
 
 Upstream drives immune-brain's Assurance Kernel; lanes-es ships this small one so the
 engine works on a fresh machine. Each Lane keeps its own store at
@@ -15,7 +15,7 @@ Lifecycle of a task record (`<lifecycle>:<artifact_state>` in its history):
     qa pass  routine: complete; material: a Review opens (review_ready) until a verdict
     complete active:frozen -> done:frozen     the audit pair is written, the claim released
     stop     active:*      -> stopped:frozen  (advance: stopped)
-    revise   active:*      -> active:*        a delegated breaking revision (ADR 0018): the
+    revise   active:*      -> active:*        a delegated breaking revision (docs/upstream.md#delegated-intent-revisions): the
                                               intent snapshot and the staged sidecar change
 
 A refusal raises KernelError and writes nothing; every check runs before the first write.
@@ -287,7 +287,7 @@ class ReferenceKernel:
         return Tombstone(task_id=proof["task_id"], lifecycle_status=proof["lifecycle_status"],
                          terminal_lifecycle=proof["terminal_lifecycle"], terminal_event_id=proof["terminal_event_id"])
 
-    # ------------------------------------------------------------ delegated Intent revisions (ADR 0018)
+    # ------------------------------------------------------------ delegated Intent revisions (docs/upstream.md#delegated-intent-revisions)
 
     def current_intent(self, lane_path: str, task_id: str) -> dict[str, Any] | None:
         """The intent the Lane's task record runs under (its intent_snapshot); None without a record."""
@@ -297,7 +297,7 @@ class ReferenceKernel:
 
     def apply_delegated_revision(self, lane_path: str, task_id: str, next_intent: dict[str, Any],
                                  confirmation_ref: str, now: str) -> tuple[int, int, str]:
-        """Approve a breaking revision in the Lane on the user's behalf (contracts §9.6 step 5).
+        """Approve a breaking revision in the Lane on the user's behalf (docs/upstream.md#delegated-intent-revisions).
 
         The coordinator has already checked the delegation bounds. Here the Lane must still
         hold an active run of the task. The revised sidecar is written over the prior one and

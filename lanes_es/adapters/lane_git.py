@@ -1,4 +1,4 @@
-"""`GitLanes`: the LaneGit port on real git (contracts §6.2, §6.3, §6.6).
+"""`GitLanes`: the LaneGit port on real git (docs/upstream.md#lane-inspection-and-admission, #the-batch-lineage, #the-guarded-integration).
 
 What the tick asks of git at the coordinator and about each Lane: one read of the
 coordinator checkout, the facts of an offered or bound Lane, the batch lineage, the guarded
@@ -44,7 +44,7 @@ STATUS_ARGS = ("status", "--porcelain=v2", "--branch", "-z", "--untracked-files=
                "--no-renames")
 # diff-tree reads "<to> <from>" lines on stdin and prints "<to>\0" before each pair's records.
 IDENTITY_ARGS = ("diff-tree", "--stdin", "--always", "-r", "-z", "--raw", "--no-renames", "--no-ext-diff")
-# The fields of a lane commit its candidate takes (contracts §6.6: log's %B, its newline terminator included).
+# The fields of a lane commit its candidate takes (docs/upstream.md#the-guarded-integration: log's %B, its newline terminator included).
 LOG_META = "%an%x00%ae%x00%aI%x00%B"
 AUDIT_RECORD = "task-record.json"
 AUDIT_PROOF = "terminal-proof.json"
@@ -220,7 +220,7 @@ class GitLanes:
         return real_path(root) or root
 
     def inspect_lane(self, coordinator_root: str, lane_path: str) -> LaneFacts:
-        """contracts §6.2 in one spawn per Lane: its status.
+        """docs/upstream.md#lane-inspection-and-admission in one spawn per Lane: its status.
 
         Upstream's five reads (common dir, show-toplevel, symbolic-ref, rev-parse HEAD,
         status) become the Lane's and the coordinator's git directories, read from git's own
@@ -258,7 +258,7 @@ class GitLanes:
 
     def classify_lineage(self, root: str, branch: str, expected_head: str, commits: list[str], batch_id: str,
                          view: CoordinatorView | None = None) -> Lineage:
-        """contracts §6.3: equal, fast_forward (a user's fast-forward to adopt) or broken.
+        """docs/upstream.md#the-batch-lineage: equal, fast_forward (a user's fast-forward to adopt) or broken.
 
         With a `view` the branch and HEAD cost nothing. When HEAD is the expected head no
         ancestry is checked: the expected head is the last recorded commit or base, followed
@@ -313,7 +313,7 @@ class GitLanes:
     # ------------------------------------------------------------ guarded integration
 
     def integrate(self, request: IntegrationRequest, checks: list[CandidateCheck] | None = None) -> str:
-        """contracts §6.6: verify, build the candidate, rerun the descriptors, fast-forward.
+        """docs/upstream.md#the-guarded-integration: verify, build the candidate, rerun the descriptors, fast-forward.
 
         Returns the new batch head; `checks` receives each task's rerun (for the log). Every refusal raises IntegrationError before the merge,
         so the branch, index, worktree and refs stay where they were (candidate objects are
@@ -400,7 +400,7 @@ class GitLanes:
 
     def _rerun_descriptors(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str],
                            checks: list[CandidateCheck] | None = None) -> None:
-        """contracts §9.7: the acceptance of the child and of each integrated sibling whose commit
+        """docs/upstream.md#the-descriptor-rerun-and-deterministic-qa: the acceptance of the child and of each integrated sibling whose commit
         landed after this Lane's base, run on the candidate tree (each task's result into `checks`)."""
         tree, _, intents = self._rerun_set(request, candidate, landed_since_base)
         failed: list[str] = []
@@ -735,7 +735,7 @@ def _read_lane_commit(root: str, lane: str) -> LaneCommit:
 def _commit_tree(root: str, tree: str, parent: str, meta: bytes) -> str:
     """commit-tree of `tree` on `parent` with the lane commit's author and message, byte for byte."""
     # The message is log's %B output taken raw, newline terminator included, as upstream passes it
-    # to commit-tree (contracts §6.6); commit-tree stores it byte for byte.
+    # to commit-tree (docs/upstream.md#the-guarded-integration); commit-tree stores it byte for byte.
     name, email, date, message = meta.split(b"\0", 3)
     env = {**batch_identity_env(), "GIT_AUTHOR_NAME": name.decode("utf-8", "surrogateescape"),
            "GIT_AUTHOR_EMAIL": email.decode("utf-8", "surrogateescape"),

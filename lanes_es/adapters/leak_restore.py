@@ -1,4 +1,4 @@
-"""Lane leak restore (contracts §9.2): coordinator files that a Lane Executor wrote by mistake.
+"""Lane leak restore (docs/upstream.md#lane-leak-restore): coordinator files that a Lane Executor wrote by mistake.
 
 A dirty coordinator path is restored only when its bytes are provably a Lane's: they
 differ from the Lane's base and equal the Lane's worktree bytes or a commit on its

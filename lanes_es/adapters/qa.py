@@ -1,6 +1,6 @@
 """Deterministic QA: run a task's acceptance descriptors on a tree and give a verdict.
 
-contracts §9.7 (Execution): descriptors are grouped by environment; per group a temporary
+docs/upstream.md#the-descriptor-rerun-and-deterministic-qa: descriptors are grouped by environment; per group a temporary
 HOME is made, `prepare` runs first, then each command, with no shell, in its own process
 group (killed on timeout or when its output passes the limit), with an environment limited
 to PATH, HOME, TMPDIR, XDG_CACHE_HOME and IMM_VERIFICATION_PROCESS_TOKEN. A check fails on a

@@ -1,4 +1,4 @@
-"""The runtime contract check between the coordinator and a Lane (contracts §9.3).
+"""The runtime contract check between the coordinator and a Lane (docs/upstream.md#the-runtime-contract-check).
 
 The coordinator reads every Lane's kernel state with its own runtime, so the runtime a
 Lane Executor loads must use the same contract identifiers; the comparison is on those

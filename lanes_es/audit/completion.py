@@ -1,4 +1,4 @@
-"""Upstream's lane-aware completion verifier (`verify-batch-completion`, contracts §11.5).
+"""Upstream's lane-aware completion verifier (`verify-batch-completion`, docs/upstream.md#the-completion-verifier).
 
 Given a completed batch, it reads the v2 state file, the report and git, and says
 whether the batch branch really is what the record claims: every child's commit, in

@@ -2,7 +2,7 @@
 
 For every event, in order:
 - the transition is legal from the state before it (the child and batch state
-  machines of contracts §3.3 and §3.4, checked here independently of the aggregate's
+  machines of docs/upstream.md#child-and-batch-transitions, checked here independently of the aggregate's
   guards, so a log written by any code is held to the same rules);
 - the record folded after it passes the v2 validator (on what the event changed, see
   `validator.validate_change`);
@@ -182,7 +182,7 @@ def _step(record: dict[str, Any] | None, event: Any) -> tuple[dict[str, Any] | N
 # ---------------------------------------------------------------- the state machines
 
 
-# The child states each event may start from (contracts §3.3).
+# The child states each event may start from (docs/upstream.md#child-and-batch-transitions).
 CHILD_FROM: dict[type, frozenset[str]] = {
     ev.LaneAdmitted: frozenset({"pending"}),
     ev.Enrolled: frozenset({"lane_admitted"}),

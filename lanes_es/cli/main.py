@@ -315,7 +315,7 @@ def _add_authorize(commands: Any) -> None:
     command.add_argument("--final-verification", action="append", metavar="CMD", default=None,
                          help="a plain-argv command run on the batch branch before completion (1 to 8; repeatable)")
     command.add_argument("--delegate-revisions", action="store_true",
-                         help="let the coordinator approve in-bounds breaking Intent revisions in a Lane (ADR 0018)")
+                         help="let the coordinator approve in-bounds breaking Intent revisions in a Lane (docs/upstream.md#delegated-intent-revisions)")
     add_integration_options(command)
     command.add_argument("--yes", action="store_true", help="confirm without asking (you are the literal user)")
     command.add_argument("--json", action="store_true", help="print the batch id and the confirmation facts as JSON")

@@ -72,7 +72,7 @@ def register(commands: Any) -> None:
                               "batch completes (1 to 8; repeatable)")
     command.add_argument("--delegate-revisions", action="store_true",
                          help="with a new confirmation: let the coordinator approve in-bounds breaking Intent "
-                              "revisions in a Lane (ADR 0018)")
+                              "revisions in a Lane (docs/upstream.md#delegated-intent-revisions)")
     command.add_argument("--json", action="store_true",
                          help="one JSON object per line for every event of the batch's log and every move of the "
                               "steward, then the summary (kind: event, steward, note, summary)")

@@ -1,7 +1,7 @@
 """`lanes-es task ...`: the Executor's commands, run inside a Lane.
 
 The Lane is the git worktree the current directory (or --root) is in; its task is named by
-its branch `imm-lane/<slug>/<task>` (contracts §6.7 "Lane identification"). Each command
+its branch `imm-lane/<slug>/<task>` (docs/upstream.md#lane-identification). Each command
 reads or changes only that Lane's kernel store (`.imm/state/kernel/`).
 
 Exit codes (lanes_es/exit_codes.py): 0 done (or QA passed), 1 `task check` found failures,

@@ -1,6 +1,6 @@
 """Whether an offered Lane may take a child (upstream's decideLaneAdmission).
 
-The facts are read once by the adapter (contracts §6.2); the decision is pure, so a
+The facts are read once by the adapter (docs/upstream.md#lane-inspection-and-admission); the decision is pure, so a
 refused offer reads nothing more and writes nothing. Each refusal has one stable
 reason, checked in a fixed order: the first broken condition names the refusal.
 """

@@ -4,7 +4,7 @@ A completed task leaves two tracked files under `.imm/audit/<task>/<run>/`: the 
 record as 2-space JSON plus a newline, and a tombstone whose `final_record_hash` is the
 sha256 of exactly those bytes. The lane commit carries the pair to the batch branch, where
 release and the completion verifier read it, so the format is upstream's to the byte
-(contracts §11.3, §11.5 item 6). Pure: bytes in, bytes or reasons out.
+(docs/upstream.md#the-audit-pair, #the-completion-verifier). Pure: bytes in, bytes or reasons out.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def tombstone_problem(task_id: str, proof: Any) -> str | None:
 def verify_pair(task_id: str, record_bytes: bytes, proof_bytes: bytes) -> str | None:
     """None when the pair is a done, self-consistent settlement of `task_id`; else the reason.
 
-    The checks of the completion verifier (§11.5 item 6): the record names the task and is
+    The checks of the completion verifier (docs/upstream.md#the-completion-verifier item 6): the record names the task and is
     done, the proof is a done tombstone v2 whose hash is that of the record bytes, and the
     terminal event is the record's final `complete` transition.
     """

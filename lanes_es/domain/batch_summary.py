@@ -39,7 +39,7 @@ class BatchSummary(msgspec.Struct, kw_only=True):
                 "last_event_at": self.last_event_at, "version": self.version}
 
 
-# The child state each event moves its task to (contracts §3.3), as `record.apply_event` does.
+# The child state each event moves its task to (docs/upstream.md#child-and-batch-transitions), as `record.apply_event` does.
 _CHILD_STATE: dict[type, str] = {
     ev.LaneAdmitted: "lane_admitted",
     ev.Enrolled: "enrolled",

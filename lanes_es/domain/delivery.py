@@ -1,7 +1,7 @@
 """The delivery identity a QA verdict reviewed, and the one a lane commit is about to record.
 
 upstream recomputes the reviewed delivery at the lane commit and refuses a commit whose
-change drifted from it (contracts §6.4 step 10: "batch commit drifted from the reviewed
+change drifted from it (docs/upstream.md#the-lane-commit: "batch commit drifted from the reviewed
 delivery identity"). Here the identity is the change against the Lane's base within the task's
 scope (as upstream's snapshot is taken over the scope): each changed path with its new mode and
 blob, `.imm/` left out (the audit pair and the kernel store are written after the review),

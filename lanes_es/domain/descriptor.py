@@ -4,7 +4,7 @@ An acceptance item's `verification` is the descriptor's JSON text (or, from a Py
 caller, the object itself). The descriptor names an executable, its argv, a
 repository-relative cwd and hard limits; the optional environment names a prepare
 command and the only directories the run may write. Everything is checked before
-anything runs (contracts §9.7); a retired v1 descriptor asks for a migration.
+anything runs (docs/upstream.md#the-descriptor-rerun-and-deterministic-qa); a retired v1 descriptor asks for a migration.
 """
 
 from __future__ import annotations

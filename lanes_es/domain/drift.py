@@ -3,7 +3,7 @@
 A batch runs only on what its literal user confirmed: the plan (children, their order and
 dependencies, and each intent's identity, bound by the plan digest), the batch branch and the
 head the batch expects it at. upstream re-derives them on every resume and reuses the
-authorization only while none moved (contracts §11.1 "Authorization reuse", reuse blockers
+authorization only while none moved (docs/upstream.md#authorization-reuse-and-the-tool-surface, reuse blockers
 `batch_plan_digest_changed`, `batch_branch_changed`, `batch_head_lineage_moved`); anything else
 needs a fresh confirmation. Every tick of lanes-es asks the same question before it moves any
 child, from facts its adapters read (lanes_es/adapters/plan_observer.py and the coordinator

@@ -3,7 +3,7 @@
 Each `## <slice-id>: ...` heading starts a Slice; its `Tasks:` list must name exactly
 one Task (the batch child) and its `Blocked by:` lines name the Tasks it waits for.
 Fenced blocks are examples and are skipped. The reading is line by line and
-forgiving about everything else in the file (contracts §10.1).
+forgiving about everything else in the file (docs/upstream.md#the-local-initiative).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `max_parallel`, `lane_offers`, `lane_instruction`, `lane_revision` and
 `final_verification` arrive as JSON values from a host, a command line or an MCP
 client. Each parser returns a small Struct or refuses with `InvalidInput` carrying
-upstream's message (contracts §3.1, §9.1, §9.5, §9.6). `None` means the parameter is
+upstream's message (docs/upstream.md#entry-and-tool-arguments, #final-verification, #lane-instructions-and-corrections, #delegated-intent-revisions). `None` means the parameter is
 absent, as JavaScript's undefined and null both do upstream. A bool is never a number.
 """
 

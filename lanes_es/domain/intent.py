@@ -4,7 +4,7 @@ A TaskIntent (`docs/plans/<task>.intent.json`) is what the user confirmed a chil
 do: its goal, its acceptance items with their verification descriptors, and its
 `scope_hint`, the paths the child may change. The parser reports every violation at
 once, joined by "; ", and returns the normalized intent; the content hash covers that
-normalized form, never the file bytes (contracts §7.2).
+normalized form, never the file bytes (docs/upstream.md#taskintent-v1).
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def _breaks(previous: dict[str, Any], following: dict[str, Any]) -> bool:
     return any(assertions.get(item["id"]) != item["assertion"] for item in previous["acceptance"])
 
 
-# ---------------------------------------------------------------- delegation (ADR 0018)
+# ---------------------------------------------------------------- delegation (docs/upstream.md#delegated-intent-revisions)
 
 
 def bound_spec_path(intent: dict[str, Any]) -> str | None:
@@ -252,7 +252,7 @@ def delegated_revision_refusal(authorized: dict[str, Any], current: dict[str, An
     return None
 
 
-# ---------------------------------------------------------------- commit scope (contracts §6.4 step 7)
+# ---------------------------------------------------------------- commit scope (docs/upstream.md#the-lane-commit)
 
 
 @lru_cache(maxsize=1024)

@@ -1,4 +1,4 @@
-"""What the tick does with an admitted or enrolled Lane, from its kernel projection (contracts §3.2 step 1).
+"""What the tick does with an admitted or enrolled Lane, from its kernel projection (docs/upstream.md#the-steps-of-a-tick).
 
 Pure: the projection and whether the batch's capability holds the child's slot are facts
 read before; the decision names the one move the tick makes for the child. Deciding every

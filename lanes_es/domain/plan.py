@@ -4,7 +4,7 @@ An Initiative observation (Local carrier or GitHub) is normalized, ordered by it
 dependencies, and each Task's status is decided from the coordinator's facts: already
 settled, already owned, excluded for a human (a critical or unreadable intent), blocked
 behind one of those, or enrollable. The enrollable children and their intent
-identities are what the user confirms; `plan_digest` binds them (contracts §7.1, §10).
+identities are what the user confirms; `plan_digest` binds them (docs/upstream.md#the-plan-digest, #the-plan-and-child-statuses).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def _non_empty_str(value: Any) -> bool:
 
 
 def validate_record(record: Any, batch_id: str) -> None:
-    """Raise `InvalidRecord` at the first broken rule of contracts §2.3."""
+    """Raise `InvalidRecord` at the first broken rule of docs/upstream.md#the-run-state-record-and-its-validator."""
     fail = _failer(batch_id)
     _validate_batch_fields(record, batch_id, fail)
     commits = record.get("commits")

@@ -1,4 +1,4 @@
-"""The coordinator's working-tree preflight, decided from facts (contracts §9.2, §5 `working_tree_unstaged`).
+"""The coordinator's working-tree preflight, decided from facts (docs/upstream.md#lane-leak-restore, #reason-codes).
 
 A lane batch keeps every delivery in its Lanes, so a dirty coordinator checkout is either a
 Lane Executor's write that leaked there by mistake, or someone's own work. Each dirty path is

@@ -10,7 +10,7 @@ confirmation facts and asks, or takes --yes), then loops (`loop.py`):
 
 It stops with a summary (`summary.py`) when the batch completes, parks (needs_human), runs out
 of budget, fails, is rejected, asks for a coordinator's correction, or can make no more progress.
-The runtime never makes or removes a worktree; only this package does (DESIGN §1).
+The runtime never makes or removes a worktree; only this package does (docs/architecture.md).
 
 Nothing is imported here, so that a command needing one module (the MCP server needs only the
 confirmation) does not pay for the others.

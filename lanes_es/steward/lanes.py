@@ -1,6 +1,6 @@
 """Provisioning and removing Lanes: the only code that runs `git worktree add` and `git worktree remove`.
 
-The runtime never makes, switches or deletes a worktree or branch (DESIGN §1, LANE-STAT-01/02);
+The runtime never makes, switches or deletes a worktree or branch (docs/architecture.md, LANE-STAT-01/02);
 the steward does, and never by force: a Lane is made or found, brought forward by fast-forward
 only, and removed only when git itself agrees it is clean.
 """

@@ -1,4 +1,4 @@
-"""The tick: a pipeline of named steps (`pipeline.py`), one module per step of contracts §3.2."""
+"""The tick: a pipeline of named steps (`pipeline.py`), one module per step of docs/upstream.md#the-steps-of-a-tick."""
 
 from lanes_es.tick.complete import lane_rejection_report
 from lanes_es.tick.context import (

@@ -1,4 +1,4 @@
-"""Contracts §3.2 step 3: each offered Lane admitted (then enrolled) or refused, in offer order."""
+"""docs/upstream.md#the-steps-of-a-tick: each offered Lane admitted (then enrolled) or refused, in offer order."""
 
 from __future__ import annotations
 

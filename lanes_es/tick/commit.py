@@ -1,4 +1,4 @@
-"""Contracts §3.2 step 2a: each settled Lane's work becomes its lane commit (found again after a crash)."""
+"""docs/upstream.md#the-steps-of-a-tick: each settled Lane's work becomes its lane commit (found again after a crash)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Contracts §3.2 step 4: the batch completes, parks or stops, or the tick reports what comes next."""
+"""docs/upstream.md#the-steps-of-a-tick: the batch completes, parks or stops, or the tick reports what comes next."""
 
 from __future__ import annotations
 

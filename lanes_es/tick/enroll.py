@@ -1,4 +1,4 @@
-"""`enrollInLane` (contracts §3.2): the kernel claims the task in its Lane under this batch's capability."""
+"""`enrollInLane` (docs/upstream.md#the-steps-of-a-tick): the kernel claims the task in its Lane under this batch's capability."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """What a tick checks before it moves any child of a recorded batch, and again before `completed`.
 
-1. The working-tree preflight (contracts §9.2, upstream's Host preflight before every call):
+1. The working-tree preflight (docs/upstream.md#lane-leak-restore, upstream's Host preflight before every call):
    every dirty path of the coordinator must be a Lane's provable write (restored later in the
    tick, with a backup in the log), else the tick refuses (`working_tree_unstaged`) and
    touches no file.
-2. The drift check (contracts §11.1 "Authorization reuse"): the plan derived from the
+2. The drift check (docs/upstream.md#authorization-reuse-and-the-tool-surface): the plan derived from the
    Initiative and intents as they are now, the branch and the expected head must be what the
    confirmation covered. A running batch that drifted parks every child in flight and settles
    `needs_human` with the blocker's code; a parked one is not resumed; only a fresh
@@ -88,7 +88,7 @@ def observe_drift(ports: Any, root: str, slug: str, record: dict[str, Any], view
     digest, error = observed_plan(ports, root, slug, [child["task_id"] for child in record["children"]],
                                   covered.plan_digest)
     # The head is judged later, at the lineage check: an integration this batch made but did not
-    # record (a crash) moves it too, and is adopted first (contracts §3.2 steps 9 and 11).
+    # record (a crash) moves it too, and is adopted first (docs/upstream.md#the-steps-of-a-tick).
     return decide_drift(covered, Observed(plan_digest=digest, branch=view.branch, head=None, plan_error=error))
 
 

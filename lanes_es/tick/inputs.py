@@ -1,4 +1,4 @@
-"""Contracts §3.2 steps 14-15: the per-tick lane instruction (§9.5) and delegated revision (§9.6)."""
+"""docs/upstream.md#the-steps-of-a-tick-15: the per-tick lane instruction (docs/upstream.md#lane-instructions-and-corrections) and delegated revision (docs/upstream.md#delegated-intent-revisions)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ REVISION_FALLBACK = ("the Executor requests approve_breaking_intent_revision thr
 
 
 def decide_lane_instruction(record: dict[str, Any], request: Any) -> str | None:
-    """Whether the coordinator may send this text now; None means allowed (contracts §9.5)."""
+    """Whether the coordinator may send this text now; None means allowed (docs/upstream.md#lane-instructions-and-corrections)."""
     task_id = request.task_id
     child = next((c for c in record["children"] if c["task_id"] == task_id), None)
     if child is None or not child["lane"]:
@@ -61,7 +61,7 @@ def decide_revision(ctx: TickContext) -> None:
 
 
 def apply_revision_or_refuse(ctx: TickContext, request: Any) -> str | None:
-    """ADR 0018: apply an in-bounds breaking revision under the grant; otherwise the refusal text."""
+    """docs/upstream.md#delegated-intent-revisions: apply an in-bounds breaking revision under the grant; otherwise the refusal text."""
     grant = ctx.record.get("revision_delegation")
     child = next((c for c in ctx.record["children"] if c["task_id"] == request.task_id), None)
     if not grant:

@@ -1,4 +1,4 @@
-"""Contracts §3.2 step 2b: each lane commit integrated onto the batch branch through a guarded candidate."""
+"""docs/upstream.md#the-steps-of-a-tick: each lane commit integrated onto the batch branch through a guarded candidate."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def park_failed_integration(ctx: TickContext, task_id: str, error: PortError) ->
 
 
 def reseal_delegated_revision(ctx: TickContext, task_id: str) -> None:
-    """ADR 0018 / #198: reseal plan_digest when the integrated intent is the delegated revision."""
+    """docs/upstream.md#delegated-intent-revisions: reseal plan_digest when the integrated intent is the delegated revision."""
     record = ctx.record
     identities = record.get("intent_identities") or {}
     recorded = identities.get(task_id)

@@ -1,4 +1,4 @@
-"""Contracts §3.2 step 1: observe each admitted or enrolled Lane, in record order, through its kernel.
+"""docs/upstream.md#the-steps-of-a-tick: observe each admitted or enrolled Lane, in record order, through its kernel.
 
 Every Lane is projected and decided first; the QA of the Lanes that need it runs at once
 (`qa.advance_children`); then each decision is recorded in record order, as one Lane after

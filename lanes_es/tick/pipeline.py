@@ -1,4 +1,4 @@
-"""One tick of a lane batch (upstream's `runLaneBatch`, 5.2.0): the steps of contracts §3.2, in order.
+"""One tick of a lane batch (upstream's `runLaneBatch`, 5.2.0): the steps of docs/upstream.md#the-steps-of-a-tick, in order.
 
 Each step is a module of its own. A step reads facts through the ports, decides with the
 domain, and records each decision as an event on the `LaneBatch`, persisting after each

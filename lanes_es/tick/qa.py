@@ -1,4 +1,4 @@
-"""Contracts §3.2 step 1, `advanceTask`: the kernel runs a frozen Lane's QA; its verdict moves the child.
+"""docs/upstream.md#the-steps-of-a-tick, `advanceTask`: the kernel runs a frozen Lane's QA; its verdict moves the child.
 
 The QA of several Lanes runs at once, at most `qa_workers` (the batch's max_parallel) at a
 time: each Lane's QA reads and writes only that Lane. The verdicts are recorded afterwards,

@@ -1,4 +1,4 @@
-"""Contracts §3.2 steps 6-13: the recorded batch brought up to what git and the kernel now say."""
+"""docs/upstream.md#the-steps-of-a-tick-13: the recorded batch brought up to what git and the kernel now say."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An integration round of several lane commits at once: `speculative` or `batched` (contracts §3.2 step 2b).
+"""An integration round of several lane commits at once: `speculative` or `batched` (docs/upstream.md#the-steps-of-a-tick).
 
 The domain (`lanes_es.domain.candidates`) says which candidates to build and verify given the
 verdicts so far; this step builds them (each on its parent candidate), verifies them

@@ -1,4 +1,4 @@
-"""Contracts §3.2 steps 1-5: the persisted-state checks, then a new batch prepared or a recorded one resumed."""
+"""docs/upstream.md#the-steps-of-a-tick-5: the persisted-state checks, then a new batch prepared or a recorded one resumed."""
 
 from __future__ import annotations
 

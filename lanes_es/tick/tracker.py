@@ -1,4 +1,4 @@
-"""Contracts §3.2 step 16 and §9.4: each integrated child's Issue closed once; a failure retries next tick."""
+"""docs/upstream.md#the-steps-of-a-tick: each integrated child's Issue closed once; a failure retries next tick."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`lanes-es authorize` reads the plan, the repository and HEAD again after the user's answer (upstream's
-checks after its native gate, contracts §5 gate keys and §11.1): a yes is recorded only when none
+checks after its native gate, docs/upstream.md#reason-codes, #authorization-reuse-and-the-tool-surface): a yes is recorded only when none
 moved while the prompt was open. Each move is made while a real `lanes-es authorize` subprocess
 waits at its prompt on a pseudo-terminal this test answers; the refusal is upstream's key, exit 2,
 and nothing is written (no Initiative in the store, no branch).

@@ -1,5 +1,5 @@
-"""GitBatch on real repositories and worktrees: the batch-branch preflight (contracts §6.1), the
-lane commit and its lookup (§6.4, §6.5; LANE-LCM-10..15) and readTaskIntent (§7.2)."""
+"""GitBatch on real repositories and worktrees: the batch-branch preflight (docs/upstream.md#the-batch-branch-preflight), the
+lane commit and its lookup (docs/upstream.md#the-lane-commit, docs/upstream.md#finding-a-lane-commit-again; LANE-LCM-10..15) and readTaskIntent (docs/upstream.md#taskintent-v1)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def git_batch():
     return GitBatch()
 
 
-# ---------------------------------------------------------------- preflight (§6.1)
+# ---------------------------------------------------------------- preflight (docs/upstream.md#the-batch-branch-preflight)
 
 
 def test_preflight_creates_the_batch_branch_at_base_head(tmp_path, git_batch):
@@ -122,7 +122,7 @@ def test_preflight_reports_a_failed_checkout_and_keeps_head(tmp_path, git_batch)
     assert git_batch.preflight(root, "bad slug", base).reason == "branch_creation_failed"
 
 
-# ---------------------------------------------------------------- the lane commit (§6.4)
+# ---------------------------------------------------------------- the lane commit (docs/upstream.md#the-lane-commit)
 
 
 @pytest.fixture
@@ -319,7 +319,7 @@ def test_an_empty_delivery_is_a_commit_failure(lane_repo, git_batch):
     assert head(lane) == expected and base != expected
 
 
-# ---------------------------------------------------------------- the lookup (§6.5)
+# ---------------------------------------------------------------- the lookup (docs/upstream.md#finding-a-lane-commit-again)
 
 
 def test_the_lookup_returns_the_runner_own_commit(lane_repo, git_batch):
@@ -372,7 +372,7 @@ def test_the_lookup_checks_the_author_and_the_settled_run(lane_repo, git_batch, 
         git_batch.lookup_batch_commit(lane, "task-a", BATCH, "2" * 40, LANE_BRANCH, _evidence())
 
 
-# ---------------------------------------------------------------- readTaskIntent (§7.2)
+# ---------------------------------------------------------------- readTaskIntent (docs/upstream.md#taskintent-v1)
 
 
 @pytest.fixture
@@ -499,7 +499,7 @@ def test_a_commit_interrupted_before_its_evidence_is_recognized_by_its_intent(la
 
 @pytest.mark.usefixtures("store_url")  # the whole engine, on each backend
 def test_a_lane_commit_whose_change_drifted_from_the_reviewed_delivery_is_refused(tmp_path):
-    """contracts §6.4 step 10 and §5 (Commit): QA reviewed one delivery; the Executor changed an
+    """docs/upstream.md#the-lane-commit, #reason-codes: QA reviewed one delivery; the Executor changed an
     in-scope file while the Review was open; the lane commit is refused with upstream's text, the
     Lane's HEAD is unmoved, its files are as the Executor left them, and the child parks."""
     from lanes_es.domain.delivery import DELIVERY_DRIFTED
@@ -531,7 +531,7 @@ def test_a_lane_commit_whose_change_drifted_from_the_reviewed_delivery_is_refuse
 
 
 def test_a_commit_that_lands_on_another_parent_breaks_the_lineage(lane_repo, git_batch, monkeypatch):
-    """contracts §6.4: "commit parent P does not match expected_head E". Something moved the Lane's
+    """docs/upstream.md#the-lane-commit: "commit parent P does not match expected_head E". Something moved the Lane's
     HEAD between the checks and `git commit` (here: a commit made the moment the commit intent was
     written); the lane commit is not recorded as this batch's (no evidence file)."""
     import lanes_es.adapters.batch_git as batch_git
@@ -556,7 +556,7 @@ def test_a_commit_that_lands_on_another_parent_breaks_the_lineage(lane_repo, git
 
 
 def test_the_lookup_refuses_a_batch_commit_on_another_parent(lane_repo, git_batch):
-    """contracts §6.5: the runner's own lane commit, looked up for a batch head it was not made on."""
+    """docs/upstream.md#finding-a-lane-commit-again: the runner's own lane commit, looked up for a batch head it was not made on."""
     _, lane, base = lane_repo
     _settle(lane)
     commit = git_batch.commit_child(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())

@@ -1,4 +1,4 @@
-"""The lane-aware completion verifier (contracts §11.5, LANE-CMP-08/09, LANE-LIN-02) on hand-built repositories."""
+"""The lane-aware completion verifier (docs/upstream.md#the-completion-verifier, LANE-CMP-08/09, LANE-LIN-02) on hand-built repositories."""
 
 from __future__ import annotations
 

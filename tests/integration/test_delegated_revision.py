@@ -1,4 +1,4 @@
-"""Delegated in-Lane Intent revisions (ADR 0018) on real repositories and the reference kernel:
+"""Delegated in-Lane Intent revisions (docs/upstream.md#delegated-intent-revisions) on real repositories and the reference kernel:
 the grant at confirmation (LANE-DEL-05/07), in-bounds revisions applied in the Lane as a delegated
 approval (LANE-DEL-05), out-of-bounds ones refused with the Lane untouched (LANE-DEL-06), and the
 reseal of plan_digest at integration, only for the delegated revision (LANE-DEL-08).
@@ -206,7 +206,7 @@ def test_a_lane_without_an_active_run_refuses_in_the_kernel_and_keeps_its_sideca
 
 
 def test_a_lane_without_a_task_record_refuses_before_the_kernel_and_keeps_its_sidecar(tmp_path):
-    """contracts §9.6: the revision is judged against the Lane's TaskRecord's intent_snapshot; without a
+    """docs/upstream.md#delegated-intent-revisions: the revision is judged against the Lane's TaskRecord's intent_snapshot; without a
     record there is nothing to judge it by: "the Lane has no TaskRecord for <task>"."""
     from tests.engine_more import record_path
 

@@ -1,4 +1,4 @@
-"""The final verification runner on a real repository and real processes (contracts §9.1, LANE-CMP-05)."""
+"""The final verification runner on a real repository and real processes (docs/upstream.md#final-verification, LANE-CMP-05)."""
 
 from __future__ import annotations
 

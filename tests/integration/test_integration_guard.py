@@ -1,4 +1,4 @@
-"""The guarded integration on real repositories and worktrees (contracts §6.6, §9.7;
+"""The guarded integration on real repositories and worktrees (docs/upstream.md#the-guarded-integration, #the-descriptor-rerun-and-deterministic-qa;
 LANE-INT-01..08, 11, 12, 13, 17): lineage checks, candidate, change identity, descriptor
 rerun on the materialized candidate, fast-forward; every refusal leaves everything unmoved."""
 
@@ -143,7 +143,7 @@ def test_the_candidate_keeps_the_lane_message_and_author_and_takes_the_batch_com
     stored = lambda commit: subprocess.run(["git", "-C", repo, "cat-file", "commit", commit], check=True,  # noqa: E731
                                            capture_output=True).stdout.split(b"\n\n", 1)[1]
     assert stored(lane_commit) == message.encode()
-    # contracts §6.6: the candidate's message is `git log -n 1 --format=%B <lane_commit>` taken raw,
+    # docs/upstream.md#the-guarded-integration: the candidate's message is `git log -n 1 --format=%B <lane_commit>` taken raw,
     # that is the lane commit's message followed by the newline log ends its format with
     percent_b = subprocess.run(["git", "-C", repo, "log", "-n", "1", "--format=%B", lane_commit], check=True,
                                capture_output=True).stdout

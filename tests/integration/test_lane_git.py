@@ -1,5 +1,5 @@
 """GitLanes on real repositories and worktrees: coordinator view, Lane facts, lineage, audit pair,
-crash recovery (contracts §6.2, §6.3, §6.6 findIntegratedCandidate; LANE-ADM-03, LANE-REL-09, §13)."""
+crash recovery (docs/upstream.md#lane-inspection-and-admission, #the-batch-lineage, #the-guarded-integration findIntegratedCandidate; LANE-ADM-03, LANE-REL-09, docs/upstream.md#the-batch-lineage)."""
 
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_resolve_root_keeps_a_missing_path(tmp_path, lanes):
     assert lanes.resolve_root(str(tmp_path / "missing")) == str(tmp_path / "missing")
 
 
-# ---------------------------------------------------------------- lineage (contracts §6.3, §13)
+# ---------------------------------------------------------------- lineage (docs/upstream.md#the-batch-lineage)
 
 
 def _child_commit(repo: str, task: str) -> str:

@@ -88,7 +88,7 @@ def not_the_lanes_bytes(engine: Engine) -> None:
 ], ids=["dot_imm", "unknown_origin", "staged_user_work", "not_the_lanes_bytes"])
 def test_nothing_is_touched_when_any_path_is_not_provably_a_lanes(tmp_path, dirty: Callable[[Engine], None],
                                                                   path: str, why: str):
-    """LANE-LEAK-06, and upstream's preflight (contracts §9.2 step 1, §5 `working_tree_unstaged`): the
+    """LANE-LEAK-06, and upstream's preflight (docs/upstream.md#lane-leak-restore, #reason-codes): the
     tick refuses, naming the path and why, touches no file, and never tells the user to `git add`."""
     engine = leaking_lane(tmp_path)
     dirty(engine)

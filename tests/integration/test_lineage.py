@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("store_url")
 
 
 def moved_then_confirmed(engine: Engine, moved_from: str, moved_to: str) -> dict:
-    """A user's fast-forward stops the batch (contracts §11.1 `batch_head_lineage_moved`); a fresh
+    """A user's fast-forward stops the batch (docs/upstream.md#authorization-reuse-and-the-tool-surface); a fresh
     confirmation adopts it."""
     report = engine.tick()
     assert report["batch_state"] == "needs_human"
@@ -107,7 +107,7 @@ def test_a_broken_lineage_fails_the_batch_parks_every_in_flight_child_and_withho
 
 
 def test_a_coordinator_switched_to_another_branch_parks_the_batch_until_it_is_back_and_confirmed(tmp_path):
-    """contracts §11.1 reuse blocker `batch_branch_changed`: the in-flight child parks (its Lane and
+    """docs/upstream.md#authorization-reuse-and-the-tool-surface reuse blocker `batch_branch_changed`: the in-flight child parks (its Lane and
     claim kept), nothing moves on main or the batch branch; back on imm/<slug> and confirmed again,
     the batch resumes from its Lanes and completes."""
     engine = integrated_and_in_flight(tmp_path)

@@ -127,7 +127,7 @@ def test_the_four_tools_carry_upstreams_input_schemas(repo, tmp_path):
     assert instruction["additionalProperties"] is False
     revision = properties["lane_revision"]["properties"]
     assert revision == {"task_id": {"type": "string"}, "next_intent": {"type": "object"}}
-    assert "executor_runtime" not in properties  # not exposed through MCP (contracts §11.1)
+    assert "executor_runtime" not in properties  # not exposed through MCP (docs/upstream.md#authorization-reuse-and-the-tool-surface)
     assert tools["retire_stale_batch"].input_schema["required"] == ["initiative_slug"]
     assert tools["retire_stale_batch"].annotations.destructive_hint is True
     for name in ("batch_status", "batch_timeline"):

@@ -1,4 +1,4 @@
-"""Deterministic QA on real processes (contracts §9.7 Execution): pass, fail, timeout, output limit,
+"""Deterministic QA on real processes (docs/upstream.md#the-descriptor-rerun-and-deterministic-qa): pass, fail, timeout, output limit,
 prepare, missing executable, `./file` executables inside the tree, the limited environment."""
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def test_an_item_without_a_verification_fails(tmp_path, bad):
 
 
 def test_a_check_that_alters_a_protected_input_fails(tmp_path):
-    """contracts §9.7: the protected inputs are rechecked; a check that rewrites what it judges proves nothing."""
+    """docs/upstream.md#the-descriptor-rerun-and-deterministic-qa: the protected inputs are rechecked; a check that rewrites what it judges proves nothing."""
     (tmp_path / "a.txt").write_text("delivered\n")
     rewrite = raw_descriptor("python3", ["-c", "open('a.txt', 'w').write('what the check wanted\\n')"])
     verdict = run_acceptance(str(tmp_path), TASK, intent(rewrite))

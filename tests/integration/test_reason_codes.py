@@ -1,4 +1,4 @@
-"""contracts §5, the reason and error codes no other test produced yet, each on a real repository."""
+"""docs/upstream.md#reason-codes, the reason and error codes no other test produced yet, each on a real repository."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_working_tree_dirty_when_the_user_staged_work_of_their_own(tmp_path):
 
 
 def test_lineage_broken_when_the_batch_head_is_unreadable(tmp_path):
-    """contracts §5 Lineage: `current HEAD is unreadable` (the batch branch checked out but unborn)."""
+    """docs/upstream.md#reason-codes: `current HEAD is unreadable` (the batch branch checked out but unborn)."""
     root = make_repo(tmp_path / "repo")
     base = git_out(root, "rev-parse", "HEAD")
     run_git(root, "checkout", "-q", "--orphan", "imm/initiative-slug")
@@ -91,7 +91,7 @@ def tick_cli(engine, *extra: str) -> tuple[int, dict]:
 
 
 def test_residual_unstaged_changes_a_dirty_submodule_in_the_lane_parks_the_child(tmp_path):
-    """contracts §6.4 step 8: a change `git add` in the Lane cannot capture (the modified content of
+    """docs/upstream.md#the-lane-commit: a change `git add` in the Lane cannot capture (the modified content of
     a submodule inside the scope) parks the child with upstream's text; nothing is committed in the
     Lane or on the batch branch, and the Executor's bytes stay as they were."""
     engine = make_engine(tmp_path, {"s1": Task(["vendor"])})
@@ -134,7 +134,7 @@ sys.exit(subprocess.run([{git!r}, *args], input=data).returncode)
 
 
 def test_unstable_evidence_when_the_record_moves_while_the_completion_verifier_reads(tmp_path):
-    """contracts §11.5 step 8 through `lanes-es verify`: everything is re-read at the end, and a state
+    """docs/upstream.md#the-completion-verifier through `lanes-es verify`: everything is re-read at the end, and a state
     file that changed while the batch was being verified is `unstable_evidence` (exit 1), though
     every other check held; the same batch verifies when nothing moves."""
     import shutil
@@ -162,7 +162,7 @@ def test_unstable_evidence_when_the_record_moves_while_the_completion_verifier_r
 
 
 def test_dirty_working_tree_when_index_flags_hide_a_change_from_the_first_tick(tmp_path):
-    """contracts §6.1 step 2: a file marked skip-worktree (or assume-unchanged) could hide the user's
+    """docs/upstream.md#the-batch-branch-preflight: a file marked skip-worktree (or assume-unchanged) could hide the user's
     change from status, so the new batch's preflight refuses it: no branch, no batch, no flag cleared."""
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
     assert cli("--root", engine.root, "authorize", engine.slug, "--yes")[0] == 0
@@ -178,7 +178,7 @@ def test_dirty_working_tree_when_index_flags_hide_a_change_from_the_first_tick(t
 
 
 def test_dirty_outside_scope_when_index_flags_hide_a_change_in_the_lane(tmp_path):
-    """contracts §6.4 step 6: the same flags in a Lane park the child at its lane commit."""
+    """docs/upstream.md#the-lane-commit: the same flags in a Lane park the child at its lane commit."""
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
     engine.authorize()
     enroll(engine, "s1")
@@ -191,7 +191,7 @@ def test_dirty_outside_scope_when_index_flags_hide_a_change_in_the_lane(tmp_path
 
 
 def test_working_tree_unstaged_names_a_symlink_whose_bytes_cannot_be_read(tmp_path):
-    """contracts §9.2 step 3: a dirty path whose bytes cannot be hashed as a file (a symlink of the
+    """docs/upstream.md#lane-leak-restore: a dirty path whose bytes cannot be hashed as a file (a symlink of the
     user's) is of unknown origin: refused with the path and why, the link left as it was."""
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
     engine.authorize()
@@ -205,7 +205,7 @@ def test_working_tree_unstaged_names_a_symlink_whose_bytes_cannot_be_read(tmp_pa
 
 
 def test_a_parked_child_needs_a_human_decision_when_the_last_sibling_lands_later(tmp_path):
-    """contracts §3.2 step 4: a batch that goes idle in a tick that parked nothing, with a child
+    """docs/upstream.md#the-steps-of-a-tick: a batch that goes idle in a tick that parked nothing, with a child
     parked earlier, settles needs_human with upstream's fixed reason."""
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])})
     engine.authorize(max_parallel=2)

@@ -295,7 +295,7 @@ class _CrashAfterEnrolling(BaseException):
 
 
 def test_a_crash_between_the_kernels_enrollment_and_its_event_adopts_the_claim(tmp_path, monkeypatch):
-    """contracts §3.2 step 1, `lane_admitted` with the claim held: the next tick records `enrolled` with
+    """docs/upstream.md#the-steps-of-a-tick, `lane_admitted` with the claim held: the next tick records `enrolled` with
     "adopted existing lane claim after interruption" and enrolls nothing again (the kernel keeps one run)."""
     from lanes_es.bootstrap import build_service
 

@@ -152,7 +152,7 @@ def running_with_nothing_in_flight(tmp_path) -> tuple[Engine, str]:
 
 
 def test_a_record_that_moves_while_the_user_decides_is_not_retired(tmp_path):
-    """contracts §11.4: the write is a compare-and-swap on the record's exact bytes read before the
+    """docs/upstream.md#retiring-a-batch: the write is a compare-and-swap on the record's exact bytes read before the
     gate; a tick that lands in between (here: it admits a Lane) makes the retirement
     `plan_changed`, and nothing is written."""
     engine, lane = running_with_nothing_in_flight(tmp_path)

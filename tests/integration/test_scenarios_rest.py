@@ -1,4 +1,4 @@
-"""The scenarios of shared/spec/scenarios.md that no other test ported, on real repositories and
+"""The scenarios of upstream's scenario list (tests/SCENARIOS.md) that no other test ported, on real repositories and
 worktrees with the real engine, and through the entry points that stand where upstream's Hosts
 stand (the CLI and the MCP server). tests/SCENARIOS.md maps every scenario to its test."""
 

@@ -177,8 +177,8 @@ def test_a_plan_with_nothing_enrollable_keeps_each_cause(tmp_path, store_url):
 
 @pytest.mark.parametrize("argument", ["--colour=\x1b[31m", "two\nlines", "nul\x00", "del\x7f"])
 def test_a_check_argument_with_a_control_character_is_refused_before_confirming(repo, argument):
-    """Upstream's intent validator takes any `verification` string (contracts §7.2); descriptor v2 forbids control
-    characters in argv (§9.7), so such a check could never run: refused at plan and authorize, shown escaped."""
+    """Upstream's intent validator takes any `verification` string (docs/upstream.md#taskintent-v1); descriptor v2 forbids control
+    characters in argv (docs/upstream.md#the-descriptor-rerun-and-deterministic-qa), so such a check could never run: refused at plan and authorize, shown escaped."""
     path = repo / "docs" / "plans" / "greet.intent.json"
     intent = json.loads(path.read_text())
     descriptor = json.loads(intent["acceptance"][0]["verification"])

@@ -1,6 +1,6 @@
 """Fakes that implement the tick's ports, for unit tests of the tick without git or disk.
 
-They follow upstream's test doubles (scenarios §1: FAKE-K `laneKernel`, FAKE-GITPORT):
+They follow upstream's test doubles (tests/SCENARIOS.md: FAKE-K `laneKernel`, FAKE-GITPORT):
 a kernel that records enrollments and reports run `run-1`, a git that hands out
 predictable commit ids. Integration tests use the real adapters instead.
 """

@@ -1,4 +1,4 @@
-"""The audit pair format: record bytes, tombstone v2, verification and paths (contracts §11.3, §11.5)."""
+"""The audit pair format: record bytes, tombstone v2, verification and paths (docs/upstream.md#the-audit-pair, #the-completion-verifier)."""
 
 from __future__ import annotations
 

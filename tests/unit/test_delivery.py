@@ -1,4 +1,4 @@
-"""The delivery identity (contracts §6.4 step 10): a change's paths, modes and blobs in scope, `.imm/` left out."""
+"""The delivery identity (docs/upstream.md#the-lane-commit): a change's paths, modes and blobs in scope, `.imm/` left out."""
 
 from lanes_es.domain.delivery import delivery_identity as identity_in_scope, parse_raw_diff
 

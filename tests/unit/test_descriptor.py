@@ -1,4 +1,4 @@
-"""Verification descriptor v2 (contracts §9.7)."""
+"""Verification descriptor v2 (docs/upstream.md#the-descriptor-rerun-and-deterministic-qa)."""
 
 from __future__ import annotations
 

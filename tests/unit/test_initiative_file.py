@@ -1,4 +1,4 @@
-"""The Local Initiative carrier (scenarios §22, LANE-LOC-01..04, 09/10 parse parts; contracts §10.1)."""
+"""The Local Initiative carrier (tests/SCENARIOS.md, LANE-LOC-01..04, 09/10 parse parts; docs/upstream.md#the-local-initiative)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tick's untrusted parameters (scenarios §5, LANE-INP-01..04 and 06)."""
+"""The tick's untrusted parameters (tests/SCENARIOS.md, LANE-INP-01..04 and 06)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TaskIntent v1: parsing, normalization, hash, revisions, delegation bounds and commit scope (contracts §7.2, §9.6, §6.4)."""
+"""TaskIntent v1: parsing, normalization, hash, revisions, delegation bounds and commit scope (docs/upstream.md#taskintent-v1, #delegated-intent-revisions, #the-lane-commit)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The batch plan: observation normalization, dependency order, plan digest and projection (contracts §7.1, §10)."""
+"""The batch plan: observation normalization, dependency order, plan digest and projection (docs/upstream.md#the-plan-digest, #the-plan-and-child-statuses)."""
 
 from __future__ import annotations
 
@@ -321,7 +321,7 @@ def test_any_dag_plans_every_child_after_its_blockers_with_a_stable_digest(value
 
 @pytest.mark.parametrize("reason", ["spec_binding_missing", "spec_binding_ambiguous"])
 def test_a_spec_binding_exclusion_is_kept_as_the_childs_reason(reason):
-    """contracts §5 "Plan exclusion reasons": each spec_binding_* reason parks the child as needs_human
+    """docs/upstream.md#reason-codes: each spec_binding_* reason parks the child as needs_human
     with that reason, and its dependent is blocked behind it."""
     reads = {"a": f"{reason}: docs/specs/a.spec.md", "b": intent_read("b", ["b.txt"])}
     plan = project_batch_plan(observation(("a", "S1", []), ("b", "S2", ["a"]), ("c", "S3", [])),

@@ -1,4 +1,4 @@
-"""The scenarios of shared/spec/scenarios.md that no other unit test ported, over fakes of the
+"""The scenarios of upstream's scenario list (tests/SCENARIOS.md) that no other unit test ported, over fakes of the
 tick's ports (tests/unit/fakes.py) or as pure functions: LANE-ENR-05, LANE-REL-08, LANE-CMP-06,
 LANE-CMP-10, LANE-DEL-01, LANE-DISP-01, LANE-DISP-09, LANE-REC-07 and LANE-SER-02; and the check
 that tests/SCENARIOS.md, which maps every scenario to its tests, points only at tests that exist."""

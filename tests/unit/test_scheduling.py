@@ -1,4 +1,4 @@
-"""The scheduler: scope overlap, startable children and the confirmation's waves (scenarios §3, §4)."""
+"""The scheduler: scope overlap, startable children and the confirmation's waves (tests/SCENARIOS.md)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ module-level argument tuples expanded, so a test names the git subcommand each c
 same reader, pointed at the steward (lanes_es/steward/lanes.py), finds its `worktree add` and
 `worktree remove`: the control that shows the reader sees such calls when they are there.
 
-The steward lives in the engine (lanes_es/steward/, DESIGN §1) since the autopilot's logic left
+The steward lives in the engine (lanes_es/steward/, docs/architecture.md) since the autopilot's logic left
 tools/ (issue 10); the entry points now ship inside the package (lanes_es/cli/, lanes_es/mcp_server.py),
 so "the runtime never runs `git worktree`" reads "nothing in lanes_es/ but
 the steward package does", and the steward package must not reach into the tick's modules.
@@ -34,7 +34,7 @@ LANE_MODULES = [*sorted(str(path.relative_to(PROJECT)) for path in (PROJECT / "l
 ENTRY_POINTS = ["lanes_es/cli/main.py", "lanes_es/mcp_server.py", "lanes_es/cli/run.py"]
 # The entry points' packages: they drive the steward and the use cases, as a Host does.
 ENTRY_PACKAGES = ("lanes_es/cli/", "lanes_es/mcp_server.py")
-# The only code allowed to make and remove Lanes (DESIGN §1: "only the steward provisions and removes Lanes").
+# The only code allowed to make and remove Lanes (docs/architecture.md: "only the steward provisions and removes Lanes").
 STEWARD = "lanes_es/steward"
 STEWARD_LANES = "lanes_es/steward/lanes.py"
 RUNNER_NAMES = {"git", "git_ok"}
@@ -164,7 +164,7 @@ def test_stat01_only_the_steward_runs_worktree_commands():
 
 
 def test_stat01_the_tick_does_not_import_the_steward():
-    """The arrows point one way (DESIGN §1): the steward drives the service; the runtime never calls the steward."""
+    """The arrows point one way (docs/architecture.md): the steward drives the service; the runtime never calls the steward."""
     importers = [module for module in python_modules("lanes_es", "projections")
                  if not module.startswith(STEWARD) and not module.startswith(ENTRY_PACKAGES)
                  for node in ast.walk(parse(module)) if isinstance(node, ast.ImportFrom)

@@ -506,9 +506,9 @@ def test_broken_lineage_fails_every_in_flight_child():
 
 
 def test_a_fast_forward_by_someone_else_stops_the_batch_until_a_fresh_confirmation_adopts_it():
-    """contracts §11.1 reuse blocker `batch_head_lineage_moved`: the confirmation covered the batch
+    """docs/upstream.md#authorization-reuse-and-the-tool-surface reuse blocker `batch_head_lineage_moved`: the confirmation covered the batch
     branch at its expected head; a user's fast-forward parks the batch (nothing admitted on the new
-    head), and only a newer confirmation adopts it (§3.2 step 11)."""
+    head), and only a newer confirmation adopts it (docs/upstream.md#the-steps-of-a-tick step 11)."""
     harness = two_dependent()
     harness.tick()
     harness.lane_git.head = "d" * 40

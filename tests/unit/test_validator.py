@@ -1,4 +1,4 @@
-"""The v2 record validator against LANE-REC-06's invariants (contracts §2.3), as negative cases."""
+"""The v2 record validator against LANE-REC-06's invariants (docs/upstream.md#the-run-state-record-and-its-validator), as negative cases."""
 
 from __future__ import annotations
 
