@@ -36,7 +36,7 @@ def register(commands: Any) -> None:
 INSPECT_LANE_TARGET = 1  # spawns of one inspect_lane: its status (git dirs come from git's own files)
 # Each module's `register(subparsers)` adds `lanes-es bench WHAT`; add yours here.
 OTHER_BENCHMARKS = ("tools.bench_anchor", "tools.bench_store", "tools.bench_integration", "tools.bench_startup",
-                    "tools.bench_plan")
+                    "tools.bench_plan", "tools.bench_realrepo")
 
 
 def _intent(task_id: str) -> str:
@@ -50,14 +50,17 @@ def _intent(task_id: str) -> str:
 
 
 def make_repository(root: Path, initiatives: dict[str, list[str]],
-                    intent: Callable[[int, str], str] | None = None) -> str:
+                    intent: Callable[[int, str], str] | None = None,
+                    populate: Callable[[Path], None] | None = None) -> str:
     """A repository whose Initiatives each run their tasks in slices of one, with the intents
-    `intent(index, task)` (default: intents that always pass)."""
+    `intent(index, task)` (default: intents that always pass); `populate(root)` adds a project's files."""
     root.mkdir(parents=True)
     git(str(root), "init", "-q", "-b", "main")
     git(str(root), "config", "user.name", "Bench")
     git(str(root), "config", "user.email", "bench@example.invalid")
     (root / ".gitignore").write_text(".imm/state/\n")
+    if populate is not None:
+        populate(root)
     (root / "docs" / "initiatives").mkdir(parents=True)
     (root / "docs" / "plans").mkdir(parents=True)
     for slug, tasks in initiatives.items():
