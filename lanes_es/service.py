@@ -495,7 +495,7 @@ class LanesService:
         self.require_writable_state(f"tick {slug}")
         self._require_stats_file()
         started = time.perf_counter()
-        timings = _Timings()
+        timings = _Timings(git_before=_git_snapshot())
         with self._locked(authorization.batch_id, wait):
             batch = self.store.batch(authorization.batch_id)
             elsewhere = self._refuse_in_another_repository(slug, authorization, batch)
@@ -662,9 +662,10 @@ class LanesService:
     def _write_stats(self, started: float, timings: "_Timings") -> None:
         if not self.stats_path:
             return
-        from lanes_es.adapters.git import STATS
-
-        line = {"git_spawns": STATS.spawns, "git_seconds": round(STATS.seconds, 4),
+        spawns, seconds, busy = (now - before for now, before in zip(_git_snapshot(), timings.git_before))
+        # This tick's figures only (the process may tick many times: `lanes-es run`, the MCP server).
+        # git_seconds adds up spawns that ran at once from several threads; git_busy_seconds is wall time.
+        line = {"git_spawns": spawns, "git_seconds": round(seconds, 4), "git_busy_seconds": round(busy, 4),
                 "store_seconds": round(timings.store, 4), "kernel_seconds": round(timings.kernel, 4),
                 "anchor_seconds": round(timings.anchor, 4),
                 "total_seconds": round(time.perf_counter() - started, 4), "events_appended": timings.events}
@@ -813,6 +814,13 @@ class _Timings:
     kernel: float = 0.0
     anchor: float = 0.0
     events: int = 0
+    git_before: tuple[int, float, float] = (0, 0.0, 0.0)  # the git counters when the tick began
+
+
+def _git_snapshot() -> tuple[int, float, float]:
+    from lanes_es.adapters.git import STATS  # the runner's module: only a tick imports it
+
+    return STATS.snapshot()
 
 
 class _TimedKernel:

@@ -33,17 +33,41 @@ def _git_command() -> Any:
 
 @dataclass
 class SpawnStats:
-    """Counters a tick resets at its start and reports at its end."""
+    """Counters of the process's git spawns; a tick reports what changed while it ran (`snapshot`).
+
+    `seconds` adds up every spawn's time, so spawns run at once from several threads (QA, candidate
+    checks) count each; `busy_seconds` is the wall time during which at least one git ran."""
 
     spawns: int = 0
     seconds: float = 0.0
+    busy_seconds: float = 0.0
     commands: list[str] = field(default_factory=list)
     keep_commands: bool = False
+    running: int = 0
+    busy_since: float = 0.0
 
     def reset(self) -> None:
         self.spawns = 0
         self.seconds = 0.0
+        self.busy_seconds = 0.0
         self.commands.clear()
+
+    def snapshot(self) -> tuple[int, float, float]:
+        """(spawns, seconds, busy seconds) so far, a git still running counted up to now."""
+        with _STATS_LOCK:
+            busy = self.busy_seconds + (time.perf_counter() - self.busy_since if self.running else 0.0)
+            return self.spawns, self.seconds, busy
+
+    def started(self, now: float) -> None:
+        if not self.running:
+            self.busy_since = now
+        self.running += 1
+
+    def ended(self, started: float, now: float) -> None:
+        self.seconds += now - started
+        self.running -= 1
+        if not self.running:
+            self.busy_seconds += now - self.busy_since
 
 
 STATS = SpawnStats()
@@ -109,6 +133,7 @@ def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | st
     started = time.perf_counter()
     with _STATS_LOCK:
         STATS.spawns += 1
+        STATS.started(started)
         if STATS.keep_commands:
             STATS.commands.append(" ".join(args[:3]))
     # sh's `_timeout` polls and adds about 100 ms to every call, so it is passed only when asked for.
@@ -129,7 +154,7 @@ def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | st
         raise GitFailure("git is not installed or not on PATH") from None
     finally:
         with _STATS_LOCK:
-            STATS.seconds += time.perf_counter() - started
+            STATS.ended(started, time.perf_counter())
         for observer in SPAWN_OBSERVERS:
             observer(args)
 

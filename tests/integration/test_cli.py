@@ -67,9 +67,19 @@ def test_stats_file_gets_one_line_per_tick(tmp_path, monkeypatch, capsys):
     lines = stats.read_text().splitlines()
     assert len(lines) == 1
     line = json.loads(lines[0])
-    assert set(line) == {"git_spawns", "git_seconds", "store_seconds", "kernel_seconds", "anchor_seconds",
-                         "total_seconds", "events_appended"}
+    assert set(line) == {"git_spawns", "git_seconds", "git_busy_seconds", "store_seconds", "kernel_seconds",
+                         "anchor_seconds", "total_seconds", "events_appended"}
     assert line["git_spawns"] > 0 and line["events_appended"] == 2 and line["anchor_seconds"] > 0
+    assert line["git_busy_seconds"] <= line["total_seconds"]
+    # A second tick in the same process (as under `lanes-es run`) reports its own figures, not the sum.
+    from lanes_es.adapters.git import STATS
+
+    before = STATS.spawns
+    assert main(["--root", engine.root, "tick", engine.slug, "--json"]) == 0
+    spawned = STATS.spawns - before
+    second = json.loads(stats.read_text().splitlines()[1])
+    assert 0 < second["git_spawns"] <= spawned and second["events_appended"] == 0
+    assert second["git_busy_seconds"] <= second["total_seconds"]
 
 
 def test_parser_builds_without_optional_modules_missing():
