@@ -79,6 +79,7 @@ def render_audit_html(batch_id: str, events: Sequence[Any], anchors: AnchorMarks
         _integrations(rows, anchors),
         _checkpoints(rows, anchors),
         _children(record),
+        _attempts(events),
         _event_table(rows, anchors),
         _SCRIPT,
         "</body></html>\n",
@@ -355,6 +356,44 @@ def _children(record: dict[str, Any] | None) -> str:
     return ("<section><h2>Children</h2><div class=\"scroll short\"><table class=\"grid\" id=\"children\"><thead><tr><th>task</th>"
             "<th>state</th><th>commit</th><th>run</th><th>reason</th></tr></thead>"
             f"<tbody>{body}</tbody></table></div></section>")
+
+
+def _attempts(events: Sequence[Any]) -> str:
+    """Every Executor attempt: who ran, what for, how it ended and what it reported of itself."""
+    from lanes_es.domain.executor_runs import ExecutorRuns
+
+    runs = ExecutorRuns()
+    for event in events:
+        runs.fold(event)
+    if not runs.attempts:
+        return ("<section><h2>Executor attempts</h2><p class=\"hint\">No Executor attempt was recorded (the "
+                "Executors ran outside <code>lanes-es run</code>).</p></section>")
+    body = "".join(_attempt_row(attempt) for attempts in runs.attempts.values() for attempt in attempts)
+    return ("<section><h2>Executor attempts</h2><div class=\"scroll short\"><table class=\"grid\" id=\"attempts\">"
+            "<thead><tr><th>task</th><th>#</th><th>adapter</th><th>for</th><th>started</th><th>ended</th>"
+            "<th>seconds</th><th>tokens in / out</th><th>cost</th><th>denied</th><th>session</th></tr></thead>"
+            f"<tbody>{body}</tbody></table></div></section>")
+
+
+def _attempt_row(attempt: Any) -> str:
+    started, ended, usage = attempt.started, attempt.ended, attempt.usage
+    if ended is None:
+        outcome = "under way"
+    elif type(ended) is ev.ExecutorRunKilled:
+        outcome = f"killed: {ended.reason}: {ended.detail}"
+    else:
+        outcome = f"exit {ended.exit_code}" + ("" if ended.submitted is None else
+                                               ", submitted" if ended.submitted else ", not submitted")
+    if usage.agent_error:
+        outcome += f"; agent error: {usage.error}"
+    tokens = ("" if usage.tokens_in is None and usage.tokens_out is None
+              else f"{usage.tokens_in or 0} / {usage.tokens_out or 0}")
+    cells = [f"<a href=\"#v{started.originator_version}\">{_text(started.task_id)}</a>", str(started.attempt),
+             _text(started.adapter), _text(started.obligation), _text(started.at), _text(outcome),
+             "" if ended is None or ended.duration_ms is None else f"{ended.duration_ms / 1000:.1f}", tokens,
+             "" if usage.cost_usd is None else f"${usage.cost_usd:.4f}",
+             _text(", ".join(usage.denied_tools or [])), _text(usage.session_id or "")]
+    return "<tr>" + "".join(f"<td class=\"mono\">{cell}</td>" for cell in cells) + "</tr>"
 
 
 def _event_table(rows: list[TimelineRow], anchors: AnchorMarks) -> str:

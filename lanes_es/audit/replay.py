@@ -293,7 +293,7 @@ _BATCH_EVENTS = frozenset({
     ev.DelegatedRevisionApplied, ev.DelegationGrantChanged, ev.TrackerClosed, ev.HeadAdopted, ev.LeaksRestored,
     ev.ParkResumed, ev.BatchSettled, ev.BatchSuperseded, ev.OffersRefused, ev.TickRejected,
     ev.ProjectionDriftRepaired, ev.CandidateBuilt, ev.CandidateVerified, ev.CandidateDiscarded,
-    ev.IntegrationFellBack,
+    ev.IntegrationFellBack, ev.ExecutorRunStarted, ev.ExecutorRunFinished, ev.ExecutorRunKilled,
 })
 _AUDIT_ONLY = frozenset(ev.AUDIT_ONLY)
 

@@ -560,9 +560,14 @@ def _status(args: argparse.Namespace) -> int:
             return _status_not_started(service, args.slug, args.json)
     else:
         raise ServiceError("invalid_input", "name an Initiative SLUG or --batch ID")
+    from lanes_es.projections.attempts import attempts_json, attempts_lines
+
     record = batch.record
-    _print(record, args.json, lambda r: report_text({**r, "reason": None, "next_action": _status_next(r)})
-           + f"\n{integration_text(batch)}")
+    runs = batch.executor_runs
+    shown = {**record, "executor_attempts": attempts_json(runs)} if runs.attempts and args.json else record
+    _print(shown, args.json, lambda r: "\n".join([
+        report_text({**r, "reason": None, "next_action": _status_next(r)}), integration_text(batch),
+        *attempts_lines(runs)]))
     return 0
 
 

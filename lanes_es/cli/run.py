@@ -64,8 +64,13 @@ def register(commands: Any) -> None:
     command.add_argument("--max-parallel", type=positive_int, required=True, metavar="N", help="Lanes in flight at once")
     command.add_argument("--lanes-dir", required=True, metavar="DIR",
                          help="where Lanes are made, one per task as DIR/TASK (outside the coordinator checkout)")
-    command.add_argument("--executor", required=True, metavar="CMD",
-                         help="the Executor command, split into argv like a shell would but run without one")
+    command.add_argument("--executor", required=True, metavar="NAME|CMD",
+                         help="a coding agent by name: claude-code, codex or opencode (each attempt runs it headless in "
+                              "the Lane and submits its work); or the Executor command, split into argv like a shell "
+                              "would but run without one")
+    command.add_argument("--executor-timeout", type=positive_int, default=3600, metavar="SECONDS",
+                         help="a named agent's attempt is killed (its whole process group) after SECONDS of wall "
+                              "clock (default 3600)")
     command.add_argument("--yes", action="store_true", help="confirm the batch without asking (you are the literal user)")
     command.add_argument("--final-verification", action="append", metavar="CMD", default=None,
                          help="with a new confirmation: a plain-argv command run on the batch branch before the "
@@ -120,7 +125,8 @@ def _run(args: argparse.Namespace) -> int:
     return run_autopilot(service_of(args), args.slug, args.max_parallel, lanes_dir, argv, args.yes,
                          poll=args.poll, final_verification=final, delegate_revisions=args.delegate_revisions,
                          json_lines=args.json, wait=args.wait, integration=args.integration,
-                         verify_workers=args.verify_workers, flake_reruns=args.flake_reruns)
+                         verify_workers=args.verify_workers, flake_reruns=args.flake_reruns,
+                         attempt_seconds=args.executor_timeout)
 
 
 def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
@@ -129,8 +135,15 @@ def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
 
     if not argv:
         raise ServiceError("invalid_executor", "--executor is empty; name the command each Lane's Executor runs")
-    program = argv[0]
+    from lanes_es.executors import agent_named
+
+    agent = agent_named(argv[0]) if len(argv) == 1 else None
+    program = agent.program if agent is not None else argv[0]
     if "/" not in program and shutil.which(program) is None:
+        if agent is not None:
+            raise ServiceError("invalid_executor", f"{program} (for --executor {agent.name}) is not on PATH; install "
+                                                   f"it (see the how-to 'agent-{agent.name}' of the docs), then run "
+                                                   f"again")
         raise ServiceError("invalid_executor", f"the Executor command {program!r} is not on PATH; install it, or "
                                                f"give its absolute path with --executor")
     if program.startswith("/") and not os.path.isfile(program):

@@ -1,7 +1,8 @@
 """An Executor's environment: the user's (their API keys, HOME, PATH), none of the coordinator's.
 
-Taken out: every LANES_ES_* variable of the coordinator (its store URL, statistics file, ...) and
-the git variables that would point the agent's git at another repository than its Lane's. Put
+Taken out: every LANES_ES_* variable of the coordinator (its store URL, signing key, statistics
+file, ...) but LANES_ES_EXECUTOR_*, the names a user gives what is meant for the Executors; and
+the git variables that would point the Executor's git at another repository than its Lane's. Put
 in: the Executor contract's variables, and what the adapter adds (its agent's own config).
 `argv_for_the_record` gives the command as the log keeps it: the prompt as its digest, and the
 value of an option whose name says it is secret masked.
@@ -13,6 +14,7 @@ import re
 from typing import Mapping
 
 COORDINATOR_PREFIX = "LANES_ES_"
+FOR_THE_EXECUTOR_PREFIX = "LANES_ES_EXECUTOR_"
 GIT_LOCATORS = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                           "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES"})
 SECRET_NAME = re.compile(r"(key|token|secret|password|passwd|credential|auth)", re.IGNORECASE)
@@ -22,8 +24,8 @@ MASK = "***"
 def executor_environment(user: Mapping[str, str], contract: Mapping[str, str],
                          added: Mapping[str, str] | None = None) -> dict[str, str]:
     """The user's environment without the coordinator's variables, with the contract's and the adapter's."""
-    kept = {name: value for name, value in user.items()
-            if not name.startswith(COORDINATOR_PREFIX) and name not in GIT_LOCATORS}
+    kept = {name: value for name, value in user.items() if name not in GIT_LOCATORS and (
+        not name.startswith(COORDINATOR_PREFIX) or name.startswith(FOR_THE_EXECUTOR_PREFIX))}
     return {**kept, **contract, **(added or {})}
 
 

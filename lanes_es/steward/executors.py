@@ -1,26 +1,42 @@
-"""Starting the Executors in their Lanes, and adopting the ones a killed autopilot left running."""
+"""Starting the Executors in their Lanes, and adopting the ones a killed autopilot left running.
+
+An Executor is a command (`--executor CMD`, started as given) or a named agent (`--executor
+claude-code|codex|opencode`), whose attempt runs as a process of its own
+(lanes_es/executors/attempt.py) that starts the agent, enforces the attempt's limits and submits
+the work. Each attempt leaves a result file (the attempt process writes an agent's; the autopilot
+writes a command's when it reaps it), which the autopilot records as the attempt's end.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
+import signal
 import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import msgspec
+
 from lanes_es.adapters.processes import process_alive
+from lanes_es.domain.events import AttemptLimits, ExecutorUsage
+from lanes_es.executors.agent import Agent
+from lanes_es.executors.attempt import AttemptResult, AttemptSpec, StopRequest, write_atomically
+from lanes_es.executors.environment import argv_for_the_record, executor_environment
+from lanes_es.executors.prompt import Assignment, build_prompt, prompt_digest
 
 EXECUTOR_LOGS = ".executor-logs"
+DEFAULT_ATTEMPT_SECONDS = 3600
+COMMAND = "command"
 
 
 def path_with_lanes_es(path: str) -> str:
     """`path` with the directory of the running lanes-es first, so that an Executor's `lanes-es task submit`
     reaches this very installation without an activated virtual environment (else: exit 127, not found)."""
-    import sys
-
     here = os.path.dirname(os.path.abspath(sys.argv[0])) if os.path.basename(sys.argv[0]) == "lanes-es" else None
     if here is None:  # run as `python -m ...` (the demo, the tests): the interpreter's scripts
         candidate = os.path.dirname(sys.executable)
@@ -59,6 +75,24 @@ def _alive_in(pid: int, lane: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One attempt, ready to start: what runs where, and what the log keeps of it."""
+
+    task_id: str
+    attempt: int
+    lane: str
+    record_revision: int | None
+    argv: list[str]
+    env: dict[str, str]
+    adapter: str
+    recorded_argv: list[str]
+    obligation: str
+    prompt_sha256: str | None = None
+    limits: AttemptLimits | None = None
+    spec: AttemptSpec | None = None
+
+
 @dataclass
 class Running:
     task_id: str
@@ -66,6 +100,9 @@ class Running:
     started: float
     record_revision: int | None
     log: Path
+    attempt: int = 0
+    adapter: str = COMMAND
+    started_at: float = field(default_factory=time.time)  # the wall clock, for a survivor's duration
 
 
 @dataclass(frozen=True)
@@ -75,54 +112,147 @@ class Finished:
     seconds: float
     record_revision: int | None
     log: Path
+    attempt: int = 0
+    result: AttemptResult | None = None  # as its result file says; None when it left none
 
 
 class Executors:
-    """The Executor processes: one per Lane at most, started without a shell, cwd = the Lane."""
+    """The Executor processes: one per Lane at most, started without a shell, cwd = the Lane.
+
+    `argv` is the command of `--executor CMD`, or, with `agent`, the agent's program (its path).
+    """
 
     def __init__(self, argv: list[str], root: str, logs_dir: Path, clock: Callable[[], float] = time.monotonic,
-                 extra_env: Mapping[str, str] | None = None) -> None:
+                 extra_env: Mapping[str, str] | None = None, agent: Agent | None = None,
+                 attempt_seconds: int = DEFAULT_ATTEMPT_SECONDS) -> None:
         self.argv = argv
         self.root = root
         self.logs_dir = logs_dir
         self.clock = clock
         self.extra_env = dict(extra_env or {})
+        self.agent = agent
+        self.attempt_seconds = attempt_seconds
         self.running: dict[str, Running] = {}
         self.finished: dict[str, Finished] = {}
         self.adopt_survivors()
 
+    @property
+    def adapter(self) -> str:
+        return self.agent.name if self.agent is not None else COMMAND
+
     def should_start(self, handoff: dict[str, Any]) -> bool:
-        """Not while one runs; again only when the task moved since the last one started (no busy loop)."""
+        """Not while one runs; again only when the task moved since the last one started (no busy loop).
+        A named agent delivers work only: a Review (or anything else a task may wait for) is a person's."""
         task_id = handoff["task_id"]
         if task_id in self.running:
+            return False
+        if self.agent is not None and handoff.get("next_obligation") != "submit_assurance":
             return False
         last = self.finished.get(task_id)
         return last is None or last.record_revision != handoff["record_revision"]
 
-    def start(self, handoff: dict[str, Any], intent_text: str) -> Running:
+    # ------------------------------------------------------------ one attempt
+
+    def start(self, handoff: dict[str, Any], intent_text: str, attempt: int = 0,
+              assignment: Assignment | None = None, limits: AttemptLimits | None = None) -> Running:
+        """Prepare and launch at once (attempt 0: one the log does not number, as a test starts it)."""
+        return self.launch(self.prepare(handoff, intent_text, attempt, assignment, limits))
+
+    def prepare(self, handoff: dict[str, Any], intent_text: str, attempt: int,
+                assignment: Assignment | None = None, limits: AttemptLimits | None = None) -> Launch:
         task_id, lane = handoff["task_id"], handoff["lane_path"]
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        log = self.logs_dir / f"{task_id}.log"
-        env = {**os.environ, **self.extra_env, "LANES_ES_TASK_ID": task_id, "LANES_ES_LANE_PATH": lane, "LANES_ES_INTENT": intent_text,
-               "LANES_ES_ROOT": self.root, "LANES_ES_NEXT_OBLIGATION": handoff.get("next_obligation") or ""}
+        contract = {"LANES_ES_TASK_ID": task_id, "LANES_ES_LANE_PATH": lane, "LANES_ES_INTENT": intent_text,
+                    "LANES_ES_NEXT_OBLIGATION": handoff.get("next_obligation") or ""}
+        common = {"task_id": task_id, "attempt": attempt, "lane": lane, "record_revision": handoff["record_revision"]}
+        if self.agent is None:
+            env = executor_environment(os.environ, {**contract, "LANES_ES_ROOT": self.root}, self.extra_env)
+            env["PATH"] = path_with_lanes_es(env.get("PATH", os.defpath))
+            return Launch(**common, argv=list(self.argv), env=env, adapter=COMMAND,
+                          recorded_argv=argv_for_the_record(self.argv), obligation=contract["LANES_ES_NEXT_OBLIGATION"])
+        assert assignment is not None, "a named agent's attempt needs its assignment"
+        limits = limits or AttemptLimits(timeout_seconds=self.attempt_seconds)
+        prompt = build_prompt(assignment)
+        digest = prompt_digest(prompt)
+        agent_argv = self.agent.argv(self.argv[0], lane, prompt, limits)
+        spec = AttemptSpec(agent=self.agent.name, argv=agent_argv, lane=lane, timeout_seconds=limits.timeout_seconds,
+                           max_tokens=limits.tokens, max_cost_usd=limits.cost_usd, tmpdir=str(Path(lane) / ".imm" / "state" / "executor-tmp"),
+                           result_path=str(self.result_path(task_id, attempt)),
+                           progress_path=str(self.progress_path(task_id)), stop_path=str(self.stop_path(task_id)),
+                           submit_argv=[*lanes_es_command(), "task", "submit"])
+        env = executor_environment(os.environ, contract, {**self.extra_env, **self.agent.environment(lane)})
         env["PATH"] = path_with_lanes_es(env.get("PATH", os.defpath))
+        return Launch(**common, argv=[sys.executable, "-P", "-m", "lanes_es.executors.attempt",
+                                      str(self.spec_path(task_id, attempt))],
+                      env=env, adapter=self.agent.name, recorded_argv=argv_for_the_record(agent_argv, prompt, digest),
+                      obligation=assignment.obligation, prompt_sha256=digest, limits=limits, spec=spec)
+
+    def launch(self, launch: Launch) -> Running:
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        task_id = launch.task_id
+        for stale in (self.progress_path(task_id), self.stop_path(task_id)):
+            stale.unlink(missing_ok=True)
+        if launch.spec is not None:
+            write_atomically(self.spec_path(task_id, launch.attempt), msgspec.json.encode(launch.spec))
+        log = self.logs_dir / f"{task_id}.log"
         with open(log, "ab") as sink:
-            sink.write(f"--- lanes-es run: {shlex.join(self.argv)} in {lane} "
-                       f"(record revision {handoff['record_revision']})\n".encode())
+            sink.write(f"--- lanes-es run: attempt {launch.attempt}: {shlex.join(launch.recorded_argv)} in "
+                       f"{launch.lane} (record revision {launch.record_revision})\n".encode())
             sink.flush()
             try:
-                process = subprocess.Popen(self.argv, cwd=lane, env=env, stdin=subprocess.DEVNULL, stdout=sink,
-                                           stderr=subprocess.STDOUT)
+                process = subprocess.Popen(launch.argv, cwd=launch.lane, env=launch.env, stdin=subprocess.DEVNULL,
+                                           stdout=sink, stderr=subprocess.STDOUT)
             except OSError as error:
-                raise ExecutorUnavailable(f"cannot start the Executor {shlex.join(self.argv)}: {error}") from None
-        running = Running(task_id, process, self.clock(), handoff["record_revision"], log)
+                raise ExecutorUnavailable(f"cannot start the Executor {shlex.join(launch.recorded_argv)}: "
+                                          f"{error}") from None
+        running = Running(task_id, process, self.clock(), launch.record_revision, log, launch.attempt, launch.adapter)
         self.running[task_id] = running
-        self.pid_file(task_id).write_text(json.dumps({"pid": process.pid, "lane": lane,
-                                                            "record_revision": handoff["record_revision"]}) + "\n")
+        self.pid_file(task_id).write_text(json.dumps({
+            "pid": process.pid, "lane": launch.lane, "record_revision": launch.record_revision,
+            "attempt": launch.attempt, "adapter": launch.adapter, "started_at": running.started_at}) + "\n")
         return running
+
+    def stop(self, task_id: str, reason: str, detail: str) -> None:
+        """Ask a running agent attempt to end (its process kills the agent and records why); a command is left."""
+        running = self.running.get(task_id)
+        if running is None or running.adapter == COMMAND:
+            return
+        write_atomically(self.stop_path(task_id), msgspec.json.encode(StopRequest(reason=reason, detail=detail)))
+        try:
+            os.kill(running.process.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def live_usage(self, task_id: str) -> ExecutorUsage:
+        """What a running agent attempt has reported so far (its progress file), nothing when it has not."""
+        try:
+            return msgspec.json.decode(self.progress_path(task_id).read_bytes(), type=ExecutorUsage)
+        except (OSError, msgspec.DecodeError):
+            return ExecutorUsage()
+
+    # ------------------------------------------------------------ files
 
     def pid_file(self, task_id: str) -> Path:
         return self.logs_dir / f"{task_id}.pid"
+
+    def spec_path(self, task_id: str, attempt: int) -> Path:
+        return self.logs_dir / f"{task_id}.attempt-{attempt}.json"
+
+    def result_path(self, task_id: str, attempt: int) -> Path:
+        return self.logs_dir / f"{task_id}.attempt-{attempt}.result.json"
+
+    def progress_path(self, task_id: str) -> Path:
+        return self.logs_dir / f"{task_id}.progress.json"
+
+    def stop_path(self, task_id: str) -> Path:
+        return self.logs_dir / f"{task_id}.stop.json"
+
+    def read_result(self, task_id: str, attempt: int) -> AttemptResult | None:
+        try:
+            return msgspec.json.decode(self.result_path(task_id, attempt).read_bytes(), type=AttemptResult)
+        except (OSError, msgspec.DecodeError):
+            return None
+
+    # ------------------------------------------------------------ survivors, and the ends
 
     def adopt_survivors(self) -> None:
         """Executors an earlier, killed autopilot started and that still work in their Lanes are waited
@@ -146,8 +276,13 @@ class Executors:
             if not _alive_in(pid, lane):
                 pid_file.unlink(missing_ok=True)
                 continue
+            attempt, adapter, since = recorded.get("attempt"), recorded.get("adapter"), recorded.get("started_at")
             self.running[task_id] = Running(task_id, Survivor(pid, lane), self.clock(),
-                                            revision if isinstance(revision, int) else None, self.logs_dir / f"{task_id}.log")
+                                            revision if isinstance(revision, int) else None,
+                                            self.logs_dir / f"{task_id}.log",
+                                            attempt if isinstance(attempt, int) else 0,
+                                            adapter if isinstance(adapter, str) else COMMAND,
+                                            since if isinstance(since, (int, float)) else time.time())
 
     def reap(self) -> list[Finished]:
         done: list[Finished] = []
@@ -155,10 +290,34 @@ class Executors:
             code = running.process.poll()
             if code is None:
                 continue
-            finished = Finished(task_id, code, self.clock() - running.started, running.record_revision, running.log)
+            seconds = self.clock() - running.started
+            finished = Finished(task_id, code, seconds, running.record_revision, running.log, running.attempt,
+                                self.result_of(running, code))
             self.finished[task_id] = finished
             del self.running[task_id]
             self.pid_file(task_id).unlink(missing_ok=True)
             done.append(finished)
         return done
 
+    def result_of(self, running: Running, code: int) -> AttemptResult | None:
+        """An agent attempt's result file; for a command, the one the autopilot writes now (a survivor's exit
+        status is not ours to read: unknown)."""
+        if running.attempt < 1:
+            return None
+        if running.adapter != COMMAND:
+            return self.read_result(running.task_id, running.attempt)
+        survivor = isinstance(running.process, Survivor)
+        result = AttemptResult(exit_code=None if survivor else code,
+                               duration_ms=int(round((time.time() - running.started_at) * 1000)))
+        write_atomically(self.result_path(running.task_id, running.attempt), msgspec.json.encode(result))
+        return result
+
+
+def lanes_es_command() -> list[str]:
+    """How an Executor runs the lanes-es that started it, with no virtual environment activated: this
+    interpreter's `lanes-es` script beside it when there is one, else the interpreter itself (-P: the Lane's
+    files never shadow lanes-es)."""
+    script = Path(sys.executable).parent / "lanes-es"
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script)]
+    return [sys.executable, "-P", "-m", "lanes_es.cli.main"]

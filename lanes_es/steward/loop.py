@@ -13,10 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import msgspec
+
 from lanes_es.adapters.store import StoreConflict
 from lanes_es.domain.record import IN_FLIGHT
 from lanes_es.ports import GitFailure
 from lanes_es.service import LanesService, TickResult
+from lanes_es.steward.attempts import AttemptLog, ended_text
 from lanes_es.steward.executors import Executors
 from lanes_es.steward.lanes import Steward, StewardRefusal
 from lanes_es.steward.lease import StewardLease
@@ -51,6 +54,8 @@ class Autopilot:
     round: str = ""  # the latest event about several Lanes at once (an integration round)
     report: dict[str, Any] | None = None  # the latest tick's report: the board between ticks
     lease: StewardLease | None = None  # this run's steward lease, confirmed before each round of moves
+    attempts: AttemptLog | None = None  # records each Executor attempt in the batch's log
+    attempts_settled: bool = False
 
     def run(self) -> int:
         offers: list[LaneOfferInput] = []
@@ -59,6 +64,7 @@ class Autopilot:
         while True:
             result = self.tick(offers)
             report = self.report = result.report
+            self.settle_attempts(report)
             if self.feed is not None:
                 self.feed.follow(result.batch_id)
             self.tell_news()
@@ -209,15 +215,30 @@ class Autopilot:
                       task_id=task_id, path=path, branch=handoff["lane_branch"], base_head=base_head)
         return offers
 
+    def settle_attempts(self, report: dict[str, Any]) -> None:
+        """Ends not recorded yet, and attempts an earlier autopilot left under way in the log, are recorded."""
+        if self.attempts is None:
+            return
+        if not self.attempts_settled:
+            self.attempts_settled = True
+            for task_id in self.attempts.settle_open(report["batch_id"]):
+                self.tell("attempt_settled", f"executor: recorded how the last attempt of {task_id}, started by an "
+                                             f"earlier run, ended", task_id=task_id)
+        self.attempts.flush()
+
     def start_executors(self, report: dict[str, Any]) -> None:
         for handoff in report["handoffs"]:
             if handoff["role"] != "executor" or not self.executors.should_start(handoff):
                 continue
-            running = self.executors.start(handoff, self.intent_text(handoff))
+            assert self.attempts is not None
+            running = self.attempts.start(report["batch_id"], handoff, self.intent_text(handoff))
+            if running is None:
+                continue  # the batch is busy: recorded and started on a later round
             self.tell("executor_started", f"executor: started for {handoff['task_id']} in {handoff['lane_path']} "
-                                          f"(pid {running.process.pid}, next: {handoff.get('next_obligation')})",
+                                          f"(attempt {running.attempt}, {running.adapter}, pid {running.process.pid}, "
+                                          f"next: {handoff.get('next_obligation')})",
                       task_id=handoff["task_id"], pid=running.process.pid, path=handoff["lane_path"],
-                      next_obligation=handoff.get("next_obligation"))
+                      next_obligation=handoff.get("next_obligation"), attempt=running.attempt, adapter=running.adapter)
 
     def intent_text(self, handoff: dict[str, Any]) -> str:
         """The task's TaskIntent as its Lane holds it, at the path the plan recorded."""
@@ -250,10 +271,12 @@ class Autopilot:
 
     def tell_exits(self, finished: list[Any]) -> bool:
         for done in finished:
-            self.tell("executor_exited", f"executor: {done.task_id} exited with {done.exit_code} after "
-                                         f"{done.seconds:.1f}s (log {done.log})",
+            if self.attempts is not None and self.report is not None:
+                self.attempts.end(self.report["batch_id"], done)
+            self.tell("executor_exited", f"executor: {done.task_id} {ended_text(done)} (log {done.log})",
                       task_id=done.task_id, exit_code=done.exit_code, seconds=round(done.seconds, 3),
-                      log=str(done.log))
+                      log=str(done.log), attempt=done.attempt,
+                      **({"result": msgspec.to_builtins(done.result)} if done.result is not None else {}))
         return bool(finished)
 
     # ------------------------------------------------------------ what it tells
@@ -311,6 +334,10 @@ class Autopilot:
 
     def finish(self, report: dict[str, Any], stopped_for: str | None = None) -> int:
         self.wait_for_all()
+        if self.attempts is not None:
+            self.attempts.flush()
+        if self.feed is not None:
+            self.feed.drain(self.tell_event)  # the last attempts' ends, recorded after the last tick
         self.show(report)
         self.progress.close()
         code = exit_code(report)

@@ -11,7 +11,8 @@ from typing import Any, Callable, Mapping
 from lanes_es.adapters.steward_lease import LeaseHolder, StewardLeases
 from lanes_es.service import EXIT_OK, EXIT_REJECTED, LanesService, ServiceError
 from lanes_es.steward.confirmation import confirm_on_terminal
-from lanes_es.steward.executors import EXECUTOR_LOGS, Executors, ExecutorUnavailable
+from lanes_es.steward.attempts import AttemptLog, Record
+from lanes_es.steward.executors import DEFAULT_ATTEMPT_SECONDS, EXECUTOR_LOGS, Executors, ExecutorUnavailable
 from lanes_es.steward.lanes import Steward
 from lanes_es.steward.lease import LeaseLost, StewardBusy, StewardLease
 from lanes_es.steward.loop import Autopilot
@@ -25,7 +26,8 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
                   executor_env: Mapping[str, str] | None = None, final_verification: list[str] | None = None,
                   delegate_revisions: bool = False, json_lines: bool = False, wait: float = 0.0,
                   leases: StewardLeases | None = None, integration: str | None = None,
-                  verify_workers: int | None = None, flake_reruns: int | None = None) -> int:
+                  verify_workers: int | None = None, flake_reruns: int | None = None,
+                  attempt_seconds: int = DEFAULT_ATTEMPT_SECONDS) -> int:
     """Run the Initiative's batch to the end; the exit code of `lanes-es run`.
 
     `out` receives every line. `live` draws a live board on the terminal (default: when `out`
@@ -34,7 +36,9 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
     neither, only `yes` can confirm). Another autopilot on the Initiative (its steward lease, in
     the store) refuses this one, or is waited for up to `wait` seconds; `leases` defaults to the
     store's own. `executor_env` is added to
-    every Executor's environment (the demo passes LANES_ES_EXECUTOR_HINT this way).
+    every Executor's environment (the demo passes LANES_ES_EXECUTOR_HINT this way). An
+    `executor_argv` of one adapter name (claude-code, codex, opencode) runs that agent, each of its
+    attempts ended after `attempt_seconds`.
     """
     if not executor_argv:
         raise ServiceError("invalid_executor", "the Executor command is empty; pass --executor CMD")
@@ -61,10 +65,10 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
 
     lease = StewardLease(leases or StewardLeases(service.store.url), slug)
 
+    executors = executors_for(executor_argv, service.root, lanes / EXECUTOR_LOGS, executor_env, attempt_seconds)
     autopilot = Autopilot(service=service, slug=slug, max_parallel=max_parallel, steward=Steward(service.root, lanes),
-                          executors=Executors(list(executor_argv), service.root, lanes / EXECUTOR_LOGS,
-                                              extra_env=executor_env),
-                          progress=progress, poll=poll, feed=BatchFeed(service.store), lease=lease)
+                          executors=executors, progress=progress, poll=poll, feed=BatchFeed(service.store), lease=lease,
+                          attempts=AttemptLog(executors, attempt_recorder(service), service.store.batch))
     try:
         lease.take(wait, waiting_for)
         confirm_on_terminal(service, slug, max_parallel, yes, note, ask,
@@ -95,6 +99,32 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
     finally:
         lease.give_back()
         progress.close()
+
+
+def executors_for(argv: list[str], root: str, logs: Path, extra_env: Mapping[str, str] | None,
+                  attempt_seconds: int) -> Executors:
+    """The Executors of `--executor`: a named agent (its program found on PATH), or the command as given."""
+    import shutil
+
+    from lanes_es.executors import agent_named
+
+    agent = agent_named(argv[0]) if len(argv) == 1 else None
+    if agent is None:
+        return Executors(list(argv), root, logs, extra_env=extra_env)
+    program = shutil.which(agent.program)
+    if program is None:
+        raise ServiceError("invalid_executor", f"{agent.program} (for --executor {agent.name}) is not on PATH; "
+                                               f"install it (see the how-to 'agent-{agent.name}' of the docs), "
+                                               f"then run again")
+    return Executors([program], root, logs, extra_env=extra_env, agent=agent, attempt_seconds=attempt_seconds)
+
+
+def attempt_recorder(service: LanesService) -> Record:
+    """Each attempt's facts, recorded in the batch's log under its lock, then the checkpoint brought up to it."""
+    from lanes_es.executor_log import record_executor_facts
+
+    return lambda batch_id, change: record_executor_facts(service.store, service.now, batch_id, change,
+                                                          after_save=service._anchor)
 
 
 def holder_facts(holder: LeaseHolder) -> dict[str, Any]:

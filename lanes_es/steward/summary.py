@@ -68,9 +68,7 @@ def waiting_lines(autopilot: Autopilot, report: dict[str, Any]) -> list[str]:
             lines.append(f"the Lane of {task_id} at {autopilot.steward.lane_path(task_id)} was refused: {reason}")
     for handoff in report["handoffs"]:
         if handoff["role"] == "executor":
-            finished = autopilot.executors.finished.get(handoff["task_id"])
-            how = (f"its Executor exited with {finished.exit_code} without moving it (log {finished.log})"
-                   if finished else "no Executor ran")
+            how = executor_note(autopilot, handoff)
             lines.append(f"{handoff['task_id']} waits for {handoff.get('next_obligation')} in "
                          f"{handoff['lane_path']}: {how}")
         elif handoff["role"] == "coordinator":
@@ -81,6 +79,21 @@ def waiting_lines(autopilot: Autopilot, report: dict[str, Any]) -> list[str]:
                          f"'{{\"task_id\": \"{handoff['task_id']}\", \"kind\": \"correction\", \"text\": \"...\", "
                          f"\"session_state\": \"idle\"}}'` and run again")
     return lines
+
+
+def executor_note(autopilot: Autopilot, handoff: dict[str, Any]) -> str:
+    """Why a task that waits for its Executor did not move: how its last attempt ended, or why none ran."""
+    from lanes_es.steward.attempts import ended_text
+
+    finished = autopilot.executors.finished.get(handoff["task_id"])
+    if finished is not None and finished.result is not None and autopilot.executors.agent is not None:
+        return f"its last attempt {ended_text(finished)}, without moving it (log {finished.log})"
+    if finished is not None:
+        return f"its Executor exited with {finished.exit_code} without moving it (log {finished.log})"
+    if autopilot.executors.agent is not None and handoff.get("next_obligation") == "run_review":
+        return (f"{autopilot.executors.agent.name} delivers work, it does not review it: record the Review there "
+                f"(`lanes-es task review --approve` or `--reject TEXT`)")
+    return "no Executor ran"
 
 
 def next_step(report: dict[str, Any], stopped_for: str | None) -> str:

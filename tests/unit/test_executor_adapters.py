@@ -200,11 +200,13 @@ def test_lane_text_is_quoted_and_cut_so_the_prompt_stays_one_argument():
 
 def test_the_agent_gets_the_users_environment_and_none_of_the_coordinators():
     user = {"ANTHROPIC_API_KEY": "sk-ant-1", "OPENAI_API_KEY": "sk-2", "HOME": "/home/u", "PATH": "/bin",
-            "LANES_ES_STORE": "postgresql://secret@db/x", "LANES_ES_STATS": "/tmp/s", "GIT_DIR": "/repo/.git",
+            "LANES_ES_STORE": "postgresql://secret@db/x", "LANES_ES_SIGNING_KEY": "/keys/signing", "LANES_ES_STATS": "/s",
+            "LANES_ES_TASK_ID": "stale", "LANES_ES_EXECUTOR_HINT": "{}", "GIT_DIR": "/repo/.git",
             "GIT_INDEX_FILE": "/repo/.git/index", "GIT_AUTHOR_NAME": "U"}
     env = executor_environment(user, {"LANES_ES_TASK_ID": "greet"}, {"OPENCODE_CONFIG_CONTENT": "{}"})
     assert env == {"ANTHROPIC_API_KEY": "sk-ant-1", "OPENAI_API_KEY": "sk-2", "HOME": "/home/u", "PATH": "/bin",
-                   "GIT_AUTHOR_NAME": "U", "LANES_ES_TASK_ID": "greet", "OPENCODE_CONFIG_CONTENT": "{}"}
+                   "GIT_AUTHOR_NAME": "U", "LANES_ES_EXECUTOR_HINT": "{}", "LANES_ES_TASK_ID": "greet",
+                   "OPENCODE_CONFIG_CONTENT": "{}"}
 
 
 def test_the_logged_argv_has_the_prompts_digest_and_no_secret():

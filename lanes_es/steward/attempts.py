@@ -1,0 +1,162 @@
+"""The autopilot's Executor attempts in the batch's log: each recorded before it starts and when it ends.
+
+- `start`: the attempt's number follows the task's last one in the log; for a named agent its
+  assignment is read (the intent, the Lane's latest QA findings, the corrections recorded since
+  its last attempt); ExecutorRunStarted is recorded, then the process starts. A batch that is busy
+  (another tick holds its lock) starts nothing this round.
+- `end`: ExecutorRunFinished, or ExecutorRunKilled with why, from the attempt's result file.
+- `settle_open`: an attempt the log holds as under way with no process of this autopilot on it (the
+  autopilot that started it was killed) is recorded from the result file it left, or as lost.
+An end that cannot be recorded now (a busy batch) is kept and recorded on a later round.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Callable
+
+from lanes_es.adapters.store import StoreConflict
+from lanes_es.domain import events as ev
+from lanes_es.domain.batch import LaneBatch
+from lanes_es.executors.attempt import AttemptResult
+from lanes_es.executors.prompt import Assignment
+from lanes_es.steward.executors import Executors, ExecutorUnavailable, Finished, Running, lanes_es_command
+
+Record = Callable[[str, Callable[[LaneBatch, str], None]], LaneBatch]
+Load = Callable[[str], "LaneBatch | None"]
+LOST = "lost"
+
+
+class AttemptLog:
+    def __init__(self, executors: Executors, record: Record, load: Load) -> None:
+        self.executors = executors
+        self.record = record
+        self.load = load
+        self.unrecorded: list[tuple[str, str, int, AttemptResult | None]] = []  # (batch, task, attempt, result)
+
+    def start(self, batch_id: str, handoff: dict[str, Any], intent_text: str,
+              limits: ev.AttemptLimits | None = None) -> Running | None:
+        """Record the attempt, then start it; None when the batch is busy (nothing started, nothing written)."""
+        batch = self.load(batch_id)
+        if batch is None:
+            return None
+        task_id = handoff["task_id"]
+        attempt = batch.executor_runs.next_attempt(task_id)
+        assignment = assignment_for(handoff, batch, intent_text, attempt) if self.executors.agent else None
+        launch = self.executors.prepare(handoff, intent_text, attempt, assignment, limits)
+        try:
+            self.record(batch_id, lambda live, now: live.start_executor_run(
+                now, task_id, attempt, launch.adapter, launch.recorded_argv, launch.obligation,
+                launch.prompt_sha256, launch.limits))
+        except StoreConflict:
+            return None
+        try:
+            return self.executors.launch(launch)
+        except ExecutorUnavailable as error:
+            self.write_down(batch_id, task_id, attempt, AttemptResult(
+                exit_code=127, duration_ms=0, usage=ev.ExecutorUsage(agent_error=None, error=str(error)[:500])))
+            raise
+
+    def end(self, batch_id: str, finished: Finished) -> None:
+        if finished.attempt >= 1:
+            self.write_down(batch_id, finished.task_id, finished.attempt, finished.result)
+
+    def write_down(self, batch_id: str, task_id: str, attempt: int, result: AttemptResult | None) -> None:
+        self.unrecorded.append((batch_id, task_id, attempt, result))
+        self.flush()
+
+    def flush(self) -> None:
+        """Record every end not yet recorded, in order; a busy batch keeps the rest for a later round."""
+        while self.unrecorded:
+            batch_id, task_id, attempt, result = self.unrecorded[0]
+            try:
+                self.record(batch_id, lambda live, now: record_end(live, now, task_id, attempt, result))
+            except StoreConflict:
+                return
+            self.unrecorded.pop(0)
+
+    def settle_open(self, batch_id: str) -> list[str]:
+        """Attempts the log holds as under way that no process of this autopilot works on: recorded from their
+        result files, or as lost. The tasks whose attempt was settled so."""
+        batch = self.load(batch_id)
+        if batch is None:
+            return []
+        settled = []
+        for task_id in list(batch.executor_runs.attempts):
+            open_attempt = batch.executor_runs.open_attempt(task_id)
+            if open_attempt is None or task_id in self.executors.running:
+                continue
+            number = open_attempt.started.attempt
+            if any(pending[1:3] == (task_id, number) for pending in self.unrecorded):
+                continue
+            self.write_down(batch_id, task_id, number, self.executors.read_result(task_id, number))
+            settled.append(task_id)
+        return settled
+
+
+def record_end(batch: LaneBatch, now: str, task_id: str, attempt: int, result: AttemptResult | None) -> None:
+    open_attempt = batch.executor_runs.open_attempt(task_id)
+    if open_attempt is None or open_attempt.started.attempt != attempt:
+        return  # recorded already (by another round, or another autopilot)
+    if result is None:
+        batch.kill_executor_run(now, task_id, attempt, LOST, "the attempt's process ended with the autopilot that "
+                                "started it, or left no result", None, ev.ExecutorUsage())
+    elif result.killed is not None:
+        batch.kill_executor_run(now, task_id, attempt, result.killed, result.detail, result.duration_ms, result.usage)
+    else:
+        batch.finish_executor_run(now, task_id, attempt, result.exit_code, result.duration_ms, result.submitted,
+                                  result.usage)
+
+
+def assignment_for(handoff: dict[str, Any], batch: LaneBatch, intent_text: str, attempt: int) -> Assignment:
+    """What the agent is asked for: the intent as its Lane holds it, the Lane's latest QA findings (with their
+    output tails), and the corrections and instructions recorded since the task's last attempt."""
+    import json
+
+    task_id, lane = handoff["task_id"], handoff["lane_path"]
+    try:
+        intent = json.loads(intent_text)
+    except ValueError:
+        intent = {}
+    return Assignment(task_id=task_id, lane=lane, branch=handoff.get("lane_branch") or "", attempt=attempt,
+                      intent=intent if isinstance(intent, dict) else {}, findings=latest_findings(lane, task_id),
+                      interventions=list(batch.executor_runs.undelivered.get(task_id, [])),
+                      lanes_es=shlex.join(lanes_es_command()))
+
+
+def latest_findings(lane: str, task_id: str) -> list[tuple[str, str]]:
+    """The findings of the Lane's latest QA when it failed (none when the Lane's task cannot be read)."""
+    from lanes_es.adapters.kernel import ReferenceKernel
+    from lanes_es.ports import KernelError
+
+    try:
+        status = ReferenceKernel().status(lane, task_id)
+    except (KernelError, OSError):
+        return []
+    return [(finding.id, finding.reason) for finding in status.findings]
+
+
+def ended_text(done: Finished) -> str:
+    """How an attempt ended, as the autopilot's line says it: `exited with 0 after 12.3s (attempt 2): ...`."""
+    result = done.result
+    which = f" (attempt {done.attempt})" if done.attempt else ""
+    if result is None:
+        return f"exited with {done.exit_code} after {done.seconds:.1f}s{which}"
+    if result.killed is not None:
+        said = f"was killed after {result.duration_ms / 1000:.1f}s{which}: {result.killed}: {result.detail}"
+    else:
+        code = "an unknown status" if result.exit_code is None else result.exit_code
+        said = f"exited with {code} after {result.duration_ms / 1000:.1f}s{which}"
+    usage = result.usage
+    facts = []
+    if usage.tokens_in is not None or usage.tokens_out is not None:
+        facts.append(f"{usage.tokens_in or 0} tokens in, {usage.tokens_out or 0} out")
+    if usage.cost_usd is not None:
+        facts.append(f"${usage.cost_usd:.4f}")
+    if usage.denied_tools:
+        facts.append(f"{len(usage.denied_tools)} tool call{'s' if len(usage.denied_tools) != 1 else ''} denied")
+    if usage.agent_error:
+        facts.append(f"agent error: {usage.error}")
+    if result.submitted is not None:
+        facts.append("submitted" if result.submitted else "not submitted")
+    return said + (f"; {', '.join(facts)}" if facts else "")
