@@ -13,7 +13,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
-from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_REFUSED, exit_code_text
+from lanes_es.exit_codes import EXIT_FINDING, EXIT_NEEDS_PERSON, EXIT_OK, EXIT_REFUSED, exit_code_text
 from lanes_es.cli.errors import run_guarded
 
 if TYPE_CHECKING:
@@ -470,6 +470,10 @@ def _tick(args: argparse.Namespace) -> int:
     _print(result.report, args.json, report_text)
     if result.exit_code == EXIT_OK and result.report.get("lane_refusals"):
         return EXIT_REFUSED  # an offer was refused: only its audit event was written; the lines above say why
+    from lanes_es.domain.next_steps import needs_a_person
+
+    if result.exit_code == EXIT_OK and needs_a_person(result.report):
+        return EXIT_NEEDS_PERSON  # completed, but its final verification failed: not fit to land
     return result.exit_code
 
 
@@ -491,35 +495,26 @@ def report_text(report: dict[str, Any]) -> str:
     for key in ("lane_instruction", "lane_revision"):
         if key in report:
             lines.append(f"{key}: {json.dumps(report[key])}")
-    if "final_verification" in report:
-        final = report["final_verification"]
+    final = report.get("final_verification")
+    if isinstance(final, dict):  # a report's: the run's result
         lines.append(f"final verification: {'passed' if final['passed'] else 'FAILED'} at {final['head'][:12]}")
-    lines.append(f"next: {report['next_action']}")
-    if "start_unattended_batch" in report["next_action"]:
-        offers = " --offer TASK=/abs/lane/path" if "lane_offers" in report["next_action"] else ""
-        lines.append(f"  (on the command line: lanes-es tick {report['initiative_slug']}{offers})")
+    elif final:  # a record's: the commands confirmed, run once every child is integrated
+        lines.append(f"final verification: {'; '.join(final)} (runs once every child is integrated)")
+    from lanes_es.domain.next_steps import command_line_next
+
+    lines.append(f"next: {command_line_next(report)}")  # the report's own next_action names upstream's MCP tool
     return "\n".join(lines)
-
-
-REFUSAL_HINTS = {
-    "batch_lane_foreign_repository": "offer the top level of a worktree of this repository (git worktree add)",
-    "batch_lane_is_coordinator": "the coordinator runs no child; make a separate worktree",
-    "batch_lane_branch_mismatch": "the Lane must sit on imm-lane/<slug>/<task>",
-    "batch_lane_base_mismatch": "cut the Lane at the provision handoff's base_head (git -C LANE reset --hard BASE "
-                                "on an unused Lane)",
-    "batch_lane_dirty": "the Lane must be clean: commit nothing yourself and remove stray files",
-    "batch_lane_occupied": "this Lane already holds a run; offer a fresh worktree",
-    "batch_lane_unknown_child": "offer only children named in a provision handoff of the last tick",
-}
 
 
 def _refusal_hint(refusal: dict[str, Any]) -> str:
     import os
 
+    from lanes_es.domain.next_steps import offer_refusal_hint
+
     if not os.path.isdir(refusal["path"]):
         return (f"{refusal['path']} is not a directory: make the Lane first with the provision handoff's "
                 f"`git worktree add`, then offer it")
-    return REFUSAL_HINTS.get(refusal["reason"], "")
+    return offer_refusal_hint(refusal["reason"], refusal["path"])
 
 
 def _handoff_text(handoff: dict[str, Any]) -> str:
@@ -564,11 +559,13 @@ def _status(args: argparse.Namespace) -> int:
 
     record = batch.record
     runs = batch.executor_runs
+    report = batch.report if batch.report and batch.report.get("batch_state") == record["batch_state"] else None
+    # the written report, when it is the record's state: it says why the batch stopped and the final verification's
+    # result; otherwise the record (a running batch)
+    text = report or {**record, "reason": None, "handoffs": []}
     shown = {**record, "executor_attempts": attempts_json(runs)} if runs.attempts and args.json else record
-    _print(shown, args.json, lambda r: "\n".join([
-        report_text({**r, "reason": None, "next_action": _status_next(r)}), integration_text(batch),
-        *attempts_lines(runs)]))
-    return 0
+    _print(shown, args.json, lambda r: "\n".join([report_text(text), integration_text(batch), *attempts_lines(runs)]))
+    return EXIT_OK
 
 
 def _status_not_started(service: LanesService, slug: str, as_json: bool) -> int:
@@ -595,12 +592,6 @@ def integration_text(batch: Any) -> str:
     workers = f", {batch.verify_workers} verify workers" if batch.verify_workers else ""
     reruns = f", flake reruns {batch.flake_reruns}" if batch.flake_reruns else ""
     return f"integration: {batch.integration}{workers}{reruns}"
-
-
-def _status_next(record: dict[str, Any]) -> str:
-    from lanes_es.domain.report import TERMINAL_NEXT_ACTIONS
-
-    return TERMINAL_NEXT_ACTIONS.get(record["batch_state"], "Inspect the batch run state.")
 
 
 def _add_flakes(commands: Any) -> None:
@@ -693,8 +684,24 @@ def _retire(args: argparse.Namespace) -> int:
         if input(f"Retire batch {target.batch_id} of {args.slug}? [y/N] ").strip().lower() not in ("y", "yes"):
             raise ServiceError("confirmation_declined", "nothing was retired")
     report = service.retire(args.slug, target)
-    _print(report, args.json, lambda r: f"batch {r['batch_id']}: superseded\n{r.get('reason', '')}")
+    _print(report, args.json, _retired_text)
     return 0
+
+
+def _retired_text(report: dict[str, Any]) -> str:
+    """The retirement, and the Lanes and branch it leaves, which the next batch of the Initiative must not meet."""
+    slug = report["initiative_slug"]
+    lines = [f"batch {report['batch_id']}: superseded", report.get("reason") or ""]
+    for child in report["children"]:
+        lane = child.get("lane")
+        if lane and child["state"] != "released":
+            lines.append(f"kept the Lane of {child['task_id']}: {lane['path']} (keep what you need from it, then "
+                         f"`git worktree remove --force {lane['path']}` and `git branch -D {lane['branch']}`)")
+    if report.get("commits"):
+        lines.append(f"imm/{slug} holds its {len(report['commits'])} integrated commit(s): land them, or go on from "
+                     f"them with `git switch imm/{slug}`")
+    lines.append(f"next: `lanes-es run {slug} ...` (or `lanes-es authorize {slug}`) starts a new batch")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

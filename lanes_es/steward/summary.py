@@ -37,9 +37,11 @@ def released_note(autopilot: Autopilot, child: dict[str, Any]) -> str:
 
 
 def exit_code(report: dict[str, Any]) -> int:
-    """0 completed, 2 rejected, 3 anything else the run stopped on."""
+    """0 completed, 2 rejected, 3 anything else the run stopped on (a failed final verification too)."""
+    from lanes_es.domain.next_steps import failed_final_verification
+
     if report["batch_state"] == "completed":
-        return EXIT_OK
+        return EXIT_STOPPED if failed_final_verification(report) else EXIT_OK
     if report["batch_state"] == "rejected":
         return EXIT_REJECTED
     return EXIT_STOPPED
@@ -65,7 +67,11 @@ def waiting_lines(autopilot: Autopilot, report: dict[str, Any]) -> list[str]:
         lines.append(f"no Lane for {task_id}: {why}")
     for task_id, (reason, _) in autopilot.refused.items():
         if any(h.get("action") == "provision" and h["task_id"] == task_id for h in report["handoffs"]):
-            lines.append(f"the Lane of {task_id} at {autopilot.steward.lane_path(task_id)} was refused: {reason}")
+            from lanes_es.domain.next_steps import offer_refusal_hint
+
+            path = str(autopilot.steward.lane_path(task_id))
+            hint = offer_refusal_hint(reason, path)
+            lines.append(f"the Lane of {task_id} at {path} was refused: {reason}" + (f" ({hint})" if hint else ""))
     for handoff in report["handoffs"]:
         if handoff["role"] == "executor":
             how = executor_note(autopilot, handoff)
@@ -89,17 +95,29 @@ def executor_note(autopilot: Autopilot, handoff: dict[str, Any]) -> str:
     if finished is not None and finished.result is not None and autopilot.executors.agent is not None:
         return f"its last attempt {ended_text(finished)}, without moving it (log {finished.log})"
     if finished is not None:
-        return f"its Executor exited with {finished.exit_code} without moving it (log {finished.log})"
+        return (f"its Executor exited with {finished.exit_code}{exit_meaning(finished.exit_code)} without moving it "
+                f"(log {finished.log})")
     if autopilot.executors.agent is not None and handoff.get("next_obligation") == "run_review":
         return (f"{autopilot.executors.agent.name} delivers work, it does not review it: record the Review there "
                 f"(`lanes-es task review --approve` or `--reject TEXT`)")
     return "no Executor ran"
 
 
+def exit_meaning(code: int) -> str:
+    """What a shell's exit status says, for the ones an Executor script commonly ends with."""
+    meanings = {126: "a command it ran was found but could not be executed (its mode, or not a program)",
+                127: "a command it ran was not found on its PATH (see the log for which)"}
+    if code in meanings:
+        return f" ({meanings[code]})"
+    return f" (killed by signal {code - 128})" if 128 < code < 160 else ""
+
+
 def next_step(report: dict[str, Any], stopped_for: str | None) -> str:
+    from lanes_es.domain.next_steps import command_line_next
+
     if stopped_for == "coordinator":
         return "send the correction above, then run the same `lanes-es run` command again"
     if stopped_for == "stuck":
         return ("nothing more moves without you: settle what is listed above, then run the same "
                 "`lanes-es run` command again")
-    return report.get("next_action") or ""
+    return command_line_next(report, autopilot=True)

@@ -185,3 +185,101 @@ def test_a_resumed_run_tells_only_what_is_new(greeter: Path) -> None:
     assert second.returncode == 0, second.stdout + second.stderr
     assert "going on with batch batch-greeting-" in second.stdout
     assert "greet: lane admitted" not in second.stdout and "greet: settled" in second.stdout
+
+
+# ---------------------------------------------------------------- dead ends of a batch of one's own
+
+STOPPING = "#!/bin/sh\nlanes-es task stop --reason 'cannot do it'\n"
+MCP_WORDS = ("start_unattended_batch", "lane_offers", "lane-mode parameters")
+
+
+def run_greeting(greeter: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return lanes_es_script("run", "greeting", "--max-parallel", "1", "--lanes-dir", "../lanes", "--executor",
+                           "../executor", "--yes", "--poll", "0.2", *extra, cwd=greeter)
+
+
+@pytest.mark.usefixtures("store_url")
+def test_status_after_a_tick_with_final_verification_shows_the_commands(greeter: Path) -> None:
+    """Dead end: `status SLUG` crashed (TypeError, exit 70) after the first tick of a batch confirmed with
+    --final-verification: the record's list of commands was read as a run's result."""
+    authored(greeter)
+    ok(lanes(greeter, "authorize", "greeting", "--yes", "--final-verification", "python3 -V"))
+    assert lanes(greeter, "tick", "greeting").returncode == 0
+    out = ok(lanes(greeter, "status", "greeting"))
+    assert "final verification: python3 -V (runs once every child is integrated)" in out
+
+
+@pytest.mark.usefixtures("store_url")
+def test_a_failed_final_verification_is_not_exit_0(greeter: Path) -> None:
+    """Dead end: `run` ended with exit 0 and "completed" when the final verification failed."""
+    authored(greeter)
+    out = run_greeting(greeter, "--final-verification", "false")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "final verification failed (false)" in out.stdout and "fix it on imm/greeting" in out.stdout
+    status = ok(lanes(greeter, "status", "greeting"))
+    assert "final verification: FAILED" in status
+
+
+@pytest.mark.usefixtures("store_url")
+def test_a_stopped_task_names_retire_and_the_kept_lane_is_named_for_the_next_batch(greeter: Path) -> None:
+    """Dead ends: after `task stop` every `next:` said "continuing needs a new Batch Authorization" while only
+    `retire` moves on; after `retire` the old Lane blocked the new batch (batch_lane_occupied) and nothing named
+    `git worktree remove` / `git branch -D`."""
+    executor = authored(greeter)
+    executor.write_text(STOPPING)
+    out = run_greeting(greeter)
+    assert out.returncode == 3 and "`lanes-es retire greeting` ends the batch" in out.stdout, out.stdout
+    status = ok(lanes(greeter, "status", "greeting"))
+    assert "greet cannot resume in this batch" in status and "lanes-es retire greeting" in status
+    retired = ok(lanes(greeter, "retire", "greeting", "--yes"))
+    lane = greeter.parent / "lanes" / "greet"
+    assert f"git worktree remove --force {lane}" in retired and "git branch -D imm-lane/greeting/greet" in retired
+    executor.write_text(EXECUTOR)
+    again = run_greeting(greeter)
+    assert again.returncode == 3 and "batch_lane_occupied" in again.stdout
+    assert f"git worktree remove --force {lane}" in again.stdout
+    run_git(greeter, "worktree", "remove", "--force", str(lane))
+    run_git(greeter, "branch", "-D", "imm-lane/greeting/greet")
+    done = run_greeting(greeter)
+    assert done.returncode == 0 and ": completed" in done.stdout, done.stdout + done.stderr
+    for said in (out.stdout, status, retired, again.stdout, done.stdout):
+        assert not any(word in said for word in MCP_WORDS), said
+
+
+@pytest.mark.usefixtures("store_url")
+def test_refused_ticks_speak_cli_and_name_the_way_on(greeter: Path) -> None:
+    """Dead ends: CLI output said "call start_unattended_batch again" and "Correct the lane-mode parameters" for
+    a dirty tree; an existing imm/<slug> was rejected without naming what to do with it."""
+    authored(greeter)
+    ok(lanes(greeter, "authorize", "greeting", "--yes"))
+    (greeter / "junk.txt").write_text("mine\n")
+    dirty = lanes(greeter, "tick", "greeting")
+    assert dirty.returncode == 2 and "commit, stash or move away the changes" in dirty.stdout, dirty.stdout
+    (greeter / "junk.txt").unlink()
+    first = lanes(greeter, "tick", "greeting")
+    assert "make a Lane for each provision handoff" in first.stdout and "--offer TASK=PATH" in first.stdout
+    for said in (dirty.stdout, first.stdout):
+        assert not any(word in said for word in MCP_WORDS), said
+
+
+@pytest.mark.usefixtures("store_url")
+def test_an_executor_that_exits_127_is_explained(greeter: Path) -> None:
+    executor = authored(greeter)
+    executor.write_text("#!/bin/sh\nno-such-agent --do-it\n")
+    out = run_greeting(greeter)
+    assert out.returncode == 3
+    assert "exited with 127 (a command it ran was not found on its PATH (see the log for which))" in out.stdout
+
+
+def test_missing_extras_name_their_pip_install(greeter: Path) -> None:
+    """`lanes-es mcp` without the mcp extra, and checkpoints without the audit extra: each names its install."""
+    hide = "import sys\nsys.modules['mcp'] = sys.modules['anyio'] = sys.modules['cryptography'] = None"
+    refused(lanes(greeter, "mcp", prelude=hide), "pip install 'lanes-es[mcp]'")
+    authored(greeter)
+    ok(lanes(greeter, "authorize", "greeting", "--yes", prelude=hide))
+    tick = lanes(greeter, "tick", "greeting", prelude=hide)
+    assert "checkpoint not written" in tick.stderr and "pip install 'lanes-es[audit]'" in tick.stderr
+    verified = ok(lanes(greeter, "verify", "greeting", prelude=hide))
+    assert "no checkpoint" in verified and "pip install 'lanes-es[audit]'" in verified
+    refused(lanes(greeter, "prove", "greeting", "--event", "1", prelude=hide), "no_checkpoint",
+            "pip install 'lanes-es[audit]'")
