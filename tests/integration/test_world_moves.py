@@ -172,9 +172,9 @@ def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monke
                      files={"docs/initiatives/moves.md": initiative_markdown(tasks)})
     moved = tmp_path / "moved.json"
     monkeypatch.setenv("PYTHONPATH", str(PROJECT))
-    monkeypatch.setenv("LANES_ES_TEST_MOVE", move)
-    monkeypatch.setenv("LANES_ES_TEST_MOVED", str(moved))
-    monkeypatch.setenv("LANES_ES_TEST_OTHER_TASK", "s2")
+    monkeypatch.setenv("LANES_ES_EXECUTOR_TEST_MOVE", move)
+    monkeypatch.setenv("LANES_ES_EXECUTOR_TEST_MOVED", str(moved))
+    monkeypatch.setenv("LANES_ES_EXECUTOR_TEST_OTHER_TASK", "s2")
     monkeypatch.setenv("LANES_ES_EXECUTOR_HINT", json.dumps({"s1": {"path": "one.txt", "content": "one\n"},
                                                              "s2": {"path": "two.txt", "content": "two\n"}}))
     service = build_service(root, clock=SteppingClock(time.time()))

@@ -4,7 +4,7 @@ from, the checkout dirtied).
 
 Each move returns what the user's own files hold afterwards (path -> bytes), so a test can check
 they are byte-identical once the engine has refused or parked. Run as a module, it is an
-Executor for `lanes-es run`: it makes the move named by LANES_ES_TEST_MOVE in the coordinator
+Executor for `lanes-es run`: it makes the move named by LANES_ES_EXECUTOR_TEST_MOVE in the coordinator
 (LANES_ES_ROOT) once, then delivers as lanes_es.cli.example_executor does.
 """
 
@@ -100,14 +100,14 @@ def make_move(kind: str, root: str, slug: str, other_task: str) -> dict[str, byt
 
 
 def main() -> int:
-    """The Executor: the move once (its record in LANES_ES_TEST_MOVED), then the example delivery."""
-    marker = Path(os.environ["LANES_ES_TEST_MOVED"])
+    """The Executor: the move once (its record in LANES_ES_EXECUTOR_TEST_MOVED), then the example delivery."""
+    marker = Path(os.environ["LANES_ES_EXECUTOR_TEST_MOVED"])
     if not marker.exists():
         root = os.environ["LANES_ES_ROOT"]
         branch = _git(root, "symbolic-ref", "--short", "HEAD")
         head_before = _git(root, "rev-parse", "HEAD")
-        files = make_move(os.environ["LANES_ES_TEST_MOVE"], root, branch.split("/", 1)[1],
-                          os.environ["LANES_ES_TEST_OTHER_TASK"])
+        files = make_move(os.environ["LANES_ES_EXECUTOR_TEST_MOVE"], root, branch.split("/", 1)[1],
+                          os.environ["LANES_ES_EXECUTOR_TEST_OTHER_TASK"])
         marker.write_text(json.dumps({"head_before": head_before, "head_after": _git(root, "rev-parse", branch),
                                       "files": {path: data.hex() for path, data in files.items()}}))
     from lanes_es.cli.example_executor import main as deliver
