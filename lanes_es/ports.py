@@ -181,7 +181,7 @@ class BatchGit(Protocol):
     """Git at the coordinator and in a Lane for the serial-port operations."""
 
     def preflight(self, root: str, initiative_slug: str, base_head: str, *,
-                  reuse_head: str | None = None) -> PreflightResult:
+                  reuse_head: str | None = None, create: bool = True) -> PreflightResult:
         """docs/upstream.md#the-batch-branch-preflight. `reuse_head` is the expected head of the newest settled batch that may reuse the branch."""
 
     def commit_child(self, lane_path: str, task_id: str, batch_id: str, expected_head: str,

@@ -202,7 +202,7 @@ class LanesService:
         return batch
 
     def plan(self, slug: str) -> dict[str, Any]:
-        """The batch plan as the coordinator reads it now (contracts §10.3)."""
+        """The batch plan as the coordinator reads it now (docs/upstream.md#the-plan-and-child-statuses)."""
         _check_slug(slug)
         ports = self.adapters.tick_ports(self.root, slug)
         from lanes_es.adapters.plan_observer import read_plan_inputs  # with the intent parser: not for `status`
@@ -220,6 +220,9 @@ class LanesService:
             plan = inputs.project()
         except ValueError as error:
             causes = "".join(f"; {task}: {text}" for task, text in intent_errors.items())
+            if inputs.settled:  # said as `run` says it: every task is done, and how to add more
+                causes += (f"; already done (their audit pairs are in this checkout): {', '.join(inputs.settled)}; "
+                           f"add tasks with `lanes-es initiative add-task {slug} TASK ...` to run a new batch")
             raise ServiceError("empty_enrollable_set" if "no enrollable" in str(error) else "plan_projection_failed",
                                f"{error}{causes}") from None
         plan["intent_errors"] = intent_errors
@@ -261,6 +264,7 @@ class LanesService:
                            own_tasks=tuple(child["task_id"] for child in recorded.record["children"]))
         plan = self.plan(slug)
         self._refuse_unreadable_intents(slug, plan)
+        self._refuse_what_the_preflight_would(slug, self.adapters.head(self.root))
         batch_id = f"batch-{slug}-{uuid.uuid4()}"
         if current is not None and recorded is None:
             # Authorized but never ticked: confirm it again as it stands, or, when the plan moved
@@ -282,6 +286,19 @@ class LanesService:
                             delegate_revisions=delegate_revisions, integration=integration or DEFAULT_INTEGRATION,
                             verify_workers=verify_workers, flake_reruns=flake_reruns or 0,
                             repository=repository, seen_head=head)
+
+    def _refuse_what_the_preflight_would(self, slug: str, head: str) -> None:
+        """The first tick of a new batch runs the batch-branch preflight (docs/upstream.md#the-batch-branch-preflight);
+        what it would refuse (a dirty tree, an earlier batch's imm/<slug>) is refused before the user is asked."""
+        checked = self.adapters.tick_ports(self.root, slug).batch_git.preflight(self.root, slug, head, reuse_head=head,
+                                                                                  create=False)
+        if not checked.ok:
+            from lanes_es.domain.next_steps import command_line_next
+
+            fix = command_line_next({"batch_state": "rejected", "initiative_slug": slug,
+                                     "reason": f"{checked.reason}: {checked.message}"})
+            fix = fix.replace(f"then `lanes-es tick {slug}`", "then confirm again")
+            raise ServiceError(checked.reason, f"{checked.message}; nothing was confirmed: {fix}")
 
     def _repository_now(self) -> RepositoryIdentity:
         """The checkout this service runs in and its repository id, read from the files now when the adapters
@@ -413,7 +430,7 @@ class LanesService:
         raise AssertionError("unreachable")
 
     def _require_unmoved_since_gate(self, confirmation: Confirmation) -> None:
-        """upstream's checks after its native gate (contracts §5 gate keys, §11.1): the user answered on facts
+        """upstream's checks after its native gate (docs/upstream.md#reason-codes, #authorization-reuse-and-the-tool-surface): the user answered on facts
         read before the prompt; the plan, the repository and HEAD are read again, and a yes is recorded only
         when none moved. Refused with upstream's key; nothing is written (no authorize refusal writes an event:
         the Initiative's log holds only what a user confirmed)."""
@@ -681,7 +698,7 @@ class LanesService:
         """What `retire` would retire, read before the literal-user gate opens; every refusal comes here.
 
         The record's exact bytes are kept: `retire` writes only when they are unchanged after
-        the gate (upstream's compare-and-swap, contracts §11.4).
+        the gate (upstream's compare-and-swap, docs/upstream.md#retiring-a-batch).
         """
         initiative = self.initiative(slug)
         current = initiative.current if initiative else None

@@ -84,8 +84,9 @@ class GitBatch:
     # ------------------------------------------------------------ preflight (docs/upstream.md#the-batch-branch-preflight)
 
     def preflight(self, root: str, initiative_slug: str, base_head: str, *,
-                  reuse_head: str | None = None) -> PreflightResult:
-        """Check the coordinator checkout, then create `imm/<slug>` at `base_head` (or reuse it).
+                  reuse_head: str | None = None, create: bool = True) -> PreflightResult:
+        """Check the coordinator checkout, then create `imm/<slug>` at `base_head` (or reuse it); with `create`
+        false, only check (before a confirmation is recorded: what would refuse the batch refuses it now).
 
         Three reads stand for upstream's five: one rev-parse (toplevel and whether the
         branch exists), the index flags, and one porcelain v2 status (dirt, HEAD, branch).
@@ -114,6 +115,8 @@ class GitBatch:
             return _refused("uncommitted_head", "HEAD does not name a commit yet")
         if probe.exit_code == 0:
             return self._reuse_branch(root, branch, base_head, reuse_head, read.branch, read.head)
+        if not create:
+            return PreflightResult(ok=True, branch=branch)
         return self._create_branch(root, branch, base_head, read.branch, read.head)
 
     @staticmethod

@@ -684,15 +684,15 @@ def _retire(args: argparse.Namespace) -> int:
         if input(f"Retire batch {target.batch_id} of {args.slug}? [y/N] ").strip().lower() not in ("y", "yes"):
             raise ServiceError("confirmation_declined", "nothing was retired")
     report = service.retire(args.slug, target)
-    _print(report, args.json, _retired_text)
+    _print(report, args.json, lambda retired: _retired_text(args.slug, retired))
     return 0
 
 
-def _retired_text(report: dict[str, Any]) -> str:
-    """The retirement, and the Lanes and branch it leaves, which the next batch of the Initiative must not meet."""
-    slug = report["initiative_slug"]
+def _retired_text(slug: str, report: dict[str, Any]) -> str:
+    """The retirement, and the Lanes and branch it leaves, which the next batch of the Initiative must not meet
+    (a batch never ticked has no record: only its id)."""
     lines = [f"batch {report['batch_id']}: superseded", report.get("reason") or ""]
-    for child in report["children"]:
+    for child in report.get("children", []):
         lane = child.get("lane")
         if lane and child["state"] != "released":
             lines.append(f"kept the Lane of {child['task_id']}: {lane['path']} (keep what you need from it, then "

@@ -165,6 +165,31 @@ def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
                                                 f"{'cannot be written by this user' if existing.is_dir() else 'is a file'}"
                                                 f", so no Lane can be made there; name a directory you can write, "
                                                 f"or fix its owner or mode (chmod u+w {existing})")
+    _probe_lanes_dir(lanes_dir.absolute(), existing)
+
+
+def _probe_lanes_dir(lanes_dir: Path, existing: Path) -> None:
+    """Make the directory and a file in it, as the steward will, and take them away again: a place the mode bits
+    allow but the file system refuses (/proc, a read-only mount, a full disk) is refused before any confirmation."""
+    import tempfile
+
+    from lanes_es.service import ServiceError
+
+    made = [parent for parent in [lanes_dir, *lanes_dir.parents] if parent not in (existing, *existing.parents)]
+    try:
+        lanes_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=lanes_dir):
+            pass
+    except OSError as error:
+        raise ServiceError("invalid_lanes_dir", f"--lanes-dir {lanes_dir} cannot hold Lanes: "
+                                                f"{error.strerror or error}; name a directory on a writable disk"
+                                                ) from None
+    finally:
+        for parent in made:  # what the probe made, deepest first; the steward makes it again when it needs it
+            try:
+                parent.rmdir()
+            except OSError:
+                break
 
 
 __all__ = ["register", "refuse_unusable_run"]

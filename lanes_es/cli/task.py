@@ -66,7 +66,7 @@ def register(subparsers: Any) -> None:
     check = commands.add_parser("check", help="run the acceptance checks on your work without changing state",
                                 description="Run the task's acceptance descriptors on a copy of this Lane's "
                                             "tracked and untracked files, as the coordinator's QA will. Nothing "
-                                            "is recorded. Exit 0 when every check passes, 3 otherwise.")
+                                            "is recorded. Exit 0 when every check passes, 1 otherwise.")
     check.add_argument("--json", action="store_true", help="print the verdict as JSON")
     check.set_defaults(func=run_check)
 

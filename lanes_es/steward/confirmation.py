@@ -12,10 +12,10 @@ from lanes_es.service import Confirmation, LanesService, ServiceError
 Out = Callable[[str], None]
 
 REVISION_DELEGATION_TEXT = (
-    "Delegate in-Lane Intent revisions (ADR 0018)? If yes, when a Lane's Executor needs a breaking revision "
+    "Delegate in-Lane Intent revisions? If yes, when a Lane's Executor needs a breaking revision "
     "of its TaskIntent, the coordinator may approve it for you, within bounds the runtime enforces: the same "
     "goal, owner and risk, and a scope_hint that is never widened. Anything beyond that still comes back to "
-    "you. Default: no.")
+    "you (docs/upstream.md#delegated-intent-revisions). Default: no.")
 
 
 def authorization_needed(service: LanesService, slug: str) -> bool:

@@ -1,4 +1,4 @@
-"""docs/upstream.md#the-steps-of-a-tick-15: the per-tick lane instruction (docs/upstream.md#lane-instructions-and-corrections) and delegated revision (docs/upstream.md#delegated-intent-revisions)."""
+"""The steps of a tick (docs/upstream.md#the-steps-of-a-tick), its inputs: the per-tick lane instruction (docs/upstream.md#lane-instructions-and-corrections) and delegated revision (docs/upstream.md#delegated-intent-revisions)."""
 
 from __future__ import annotations
 

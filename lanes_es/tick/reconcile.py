@@ -1,4 +1,4 @@
-"""docs/upstream.md#the-steps-of-a-tick-13: the recorded batch brought up to what git and the kernel now say."""
+"""The steps of a tick (docs/upstream.md#the-steps-of-a-tick), reconcile: the recorded batch brought up to what git and the kernel now say."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""docs/upstream.md#the-steps-of-a-tick-5: the persisted-state checks, then a new batch prepared or a recorded one resumed."""
+"""The steps of a tick (docs/upstream.md#the-steps-of-a-tick), first: the persisted-state checks, then a new batch prepared or a recorded one resumed."""
 
 from __future__ import annotations
 

@@ -283,3 +283,32 @@ def test_missing_extras_name_their_pip_install(greeter: Path) -> None:
     assert "no checkpoint" in verified and "pip install 'lanes-es[audit]'" in verified
     refused(lanes(greeter, "prove", "greeting", "--event", "1", prelude=hide), "no_checkpoint",
             "pip install 'lanes-es[audit]'")
+
+
+@pytest.mark.usefixtures("store_url")
+def test_what_would_refuse_a_new_batch_refuses_it_before_anything_is_confirmed(greeter: Path) -> None:
+    """Dead ends: running an Initiative again while imm/<slug> exists confirmed a new batch, then rejected it
+    (batch_branch_exists) and `tick` failed the same way; a dirty tree and an unusable --lanes-dir were found only
+    after the confirmation was recorded; `plan` after completion said empty_enrollable_set without why."""
+    authored(greeter)
+    assert run_greeting(greeter).returncode == 0
+    run_git(greeter, "switch", "-q", "main")
+    again = run_greeting(greeter)
+    assert again.returncode == 2 and "batch_branch_exists" in again.stdout and "nothing was confirmed" in again.stdout
+    assert "git branch -d imm/greeting" in again.stdout and "batch prepared" not in again.stdout
+    status = ok(lanes(greeter, "status", "greeting"))
+    assert ": completed" in status  # the completed batch is still the Initiative's: nothing new was confirmed
+    run_git(greeter, "merge", "-q", "--ff-only", "imm/greeting")
+    run_git(greeter, "branch", "-q", "-d", "imm/greeting")
+    refused(lanes(greeter, "plan", "greeting"), "empty_enrollable_set", "already done", "greet",
+            "lanes-es initiative add-task greeting")
+    ok(lanes(greeter, "initiative", "add-task", "greeting", "shout", "--goal", "Shout", "--scope", "shout.py",
+             "--check", "python3 shout.py"))
+    run_git(greeter, "add", "docs")
+    run_git(greeter, "commit", "-q", "-m", "another task")
+    (greeter / "junk.txt").write_text("mine\n")
+    refused(lanes(greeter, "authorize", "greeting", "--yes"), "dirty_working_tree", "junk.txt", "nothing was confirmed")
+    (greeter / "junk.txt").unlink()
+    refused(lanes_es_script("run", "greeting", "--max-parallel", "1", "--lanes-dir", "/proc/lanes", "--executor",
+                            "../executor", "--yes", cwd=greeter), "invalid_lanes_dir", "/proc/lanes")
+    assert ": completed" in ok(lanes(greeter, "status", "greeting"))  # still the old batch: nothing confirmed

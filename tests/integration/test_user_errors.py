@@ -152,6 +152,13 @@ def test_an_untracked_intent_is_named_with_the_git_command(repo):
     assert "git add docs/plans/extra.intent.json && git commit" in plan.stdout
     as_json = json.loads(lanes(repo, "plan", SLUG, "--json").stdout)
     assert "is not tracked" in as_json["intent_errors"]["extra"]
+    # the untracked file would refuse the batch's first tick (a dirty tree): refused before anything is confirmed
+    refused(lanes(repo, "authorize", SLUG, "--yes"), "dirty_working_tree", "docs/plans/extra.intent.json",
+            "nothing was confirmed")
+    assert rows(repo) == []
+    # ignored by git, the untracked intent leaves the tree clean: the batch is confirmed without it
+    with open(repo / ".git" / "info" / "exclude", "a") as exclude:
+        exclude.write("docs/plans/extra.intent.json\n")
     authorize = lanes(repo, "authorize", SLUG, "--yes")
     assert authorize.returncode == EXIT_OK and "extra is excluded" in authorize.stderr
 

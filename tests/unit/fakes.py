@@ -91,7 +91,8 @@ class FakeBatchGit:
     commits: list[str] = field(default_factory=list)
     preflight_result: PreflightResult = field(default_factory=lambda: PreflightResult(ok=True, branch=f"imm/{SLUG}"))
 
-    def preflight(self, root: str, initiative_slug: str, base_head: str, *, reuse_head: str | None = None) -> PreflightResult:
+    def preflight(self, root: str, initiative_slug: str, base_head: str, *, reuse_head: str | None = None,
+                  create: bool = True) -> PreflightResult:
         return self.preflight_result
 
     def commit_child(self, lane_path: str, task_id: str, batch_id: str, expected_head: str, branch: str,
