@@ -23,7 +23,12 @@ def resolve_batch_id(store: Any, name: str) -> str:
     initiative = store.initiative(name)
     if initiative is not None and initiative.batch_ids():
         current = initiative.current
-        return current.batch_id if current is not None else initiative.batch_ids()[-1]
+        batch_id = current.batch_id if current is not None else initiative.batch_ids()[-1]
+        if not store.stored_events(batch_id):  # confirmed, never ticked: its log starts at its first tick
+            raise BatchNotNamed(f"batch_not_started: batch {batch_id} of Initiative {name} is confirmed but not "
+                                f"started: its log begins with the first `lanes-es tick {name}` (or "
+                                f"`lanes-es run {name} ...`)")
+        return batch_id
     found = [batch_id for batch_id in store.batch_ids() if batch_id.startswith(name)]
     if len(found) == 1:
         return found[0]

@@ -138,9 +138,26 @@ def _add_task(args: argparse.Namespace) -> int:
     for entry in unmatched_scope(scope, tree_paths(str(root))):
         print(f"note: scope entry {entry} matches no committed file yet (fine for a file the task creates; "
               f"check its spelling otherwise)")
+    running = _running_batch(args)
+    if running:
+        print(f"note: batch {running} of {args.slug} is running; once this is committed its plan has changed, and "
+              f"its next tick parks it (batch_plan_digest_changed): let it finish first, or `lanes-es retire "
+              f"{args.slug}` and run the new plan as a new batch")
     print(f"next: git add docs && git commit -m {shlex.quote(f'Initiative {args.slug}: {args.task}')}, "
           f"then lanes-es plan {args.slug}")
     return 0
+
+
+def _running_batch(args: argparse.Namespace) -> str | None:
+    """The Initiative's batch that is not settled yet, if the store has one (no store: none)."""
+    from lanes_es.cli.main import service_of
+    from lanes_es.domain.record import is_terminal
+
+    try:
+        batch = service_of(args, read_only=True).active_batch(args.slug)
+    except (Refusal, OSError):
+        return None
+    return batch.id if batch is not None and not is_terminal(batch.batch_state) else None
 
 
 def tree_paths(root: str) -> list[str]:

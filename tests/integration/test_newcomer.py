@@ -260,6 +260,9 @@ def test_refused_ticks_speak_cli_and_name_the_way_on(greeter: Path) -> None:
     assert "make a Lane for each provision handoff" in first.stdout and "--offer TASK=PATH" in first.stdout
     for said in (dirty.stdout, first.stdout):
         assert not any(word in said for word in MCP_WORDS), said
+    more = ok(lanes(greeter, "initiative", "add-task", "greeting", "more", "--goal", "g", "--scope", "more.py",
+                    "--check", "true"))
+    assert "is running" in more and "batch_plan_digest_changed" in more and "lanes-es retire greeting" in more
 
 
 @pytest.mark.usefixtures("store_url")
@@ -312,3 +315,14 @@ def test_what_would_refuse_a_new_batch_refuses_it_before_anything_is_confirmed(g
     refused(lanes_es_script("run", "greeting", "--max-parallel", "1", "--lanes-dir", "/proc/lanes", "--executor",
                             "../executor", "--yes", cwd=greeter), "invalid_lanes_dir", "/proc/lanes")
     assert ": completed" in ok(lanes(greeter, "status", "greeting"))  # still the old batch: nothing confirmed
+
+
+@pytest.mark.usefixtures("store_url")
+def test_a_confirmed_batch_not_yet_started_is_said_so_by_the_audit_commands(greeter: Path) -> None:
+    """Dead end: replay, verify, export and audit of a batch confirmed but never ticked said "the store has no
+    batch" and sent to `status`, which sent back to `tick`."""
+    authored(greeter)
+    ok(lanes(greeter, "authorize", "greeting", "--yes"))
+    for command in (["replay"], ["verify"], ["export"], ["audit", "-o", str(greeter.parent / "a.html")]):
+        refused(lanes(greeter, *command[:1], "greeting", *command[1:]), "batch_not_started",
+                "lanes-es tick greeting")
