@@ -94,7 +94,7 @@ def postgres_statement(statement: str) -> None:
 # - the unit tests last (fast, no git): they fill the workers' tails.
 LONGEST_FIRST = ("integration/test_user_errors.py", "integration/test_world_moves.py", "integration/test_autopilot.py",
                  "integration/test_crash_points_speculative.py", "integration/test_crash_points_serial.py",
-                 "integration/test_crash_points_batched.py", "integration/test_engine.py",
+                 "integration/test_crash_points_batched.py", "integration/test_newcomer.py", "integration/test_engine.py",
                  "integration/test_steward_lease.py", "integration/test_observation.py",
                  "integration/test_user_permissions.py", "integration/test_integration_modes.py",
                  "integration/test_audit_must_show.py", "integration/test_anchored_audit.py",
