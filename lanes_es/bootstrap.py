@@ -125,9 +125,13 @@ class RealAdapters:
         if not exclude.is_absolute():
             exclude = Path(root) / exclude
         exclude.parent.mkdir(parents=True, exist_ok=True)
-        existing = exclude.read_text() if exclude.exists() else ""
-        with open(exclude, "a", encoding="utf-8") as handle:
-            handle.write(("" if existing.endswith("\n") or not existing else "\n") + ".imm/state/\n")
+        with open(exclude, "a+b") as handle:  # only its last byte is read: whether it ends its last line
+            size = handle.seek(0, os.SEEK_END)
+            last = b"\n"
+            if size:
+                handle.seek(size - 1)
+                last = handle.read(1)
+            handle.write((b"" if last == b"\n" else b"\n") + b".imm/state/\n")
         return True
 
     def repository_identity(self, root: str) -> "RepositoryIdentity":

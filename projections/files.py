@@ -15,6 +15,7 @@ from lanes_es.domain.ids import is_valid_id
 from lanes_es.errors import naming
 
 BATCHES_DIR = Path(".imm") / "state" / "batches"
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 
 
 class UnsafeBatchId(ValueError):
@@ -41,8 +42,11 @@ def report_path(root: str | Path, batch_id: str) -> Path:
 
 
 def read_bytes(path: Path) -> bytes | None:
+    """The file's bytes, None when absent. A file larger than any document (a state file is about 0.4 KB a
+    child) reads as its first MAX_DOCUMENT_BYTES + 1 bytes: that differs from every document, in bounded memory."""
     try:
-        return path.read_bytes()
+        with open(path, "rb") as handle:
+            return handle.read(MAX_DOCUMENT_BYTES + 1)
     except FileNotFoundError:
         return None
 

@@ -23,8 +23,12 @@ import msgspec
 from lanes_es.audit.anchor import AnchorRefused, AnchorState, checkpoint_ref
 from lanes_es.audit.attestation import CHECKPOINT_PATH
 
-from .files import write_atomic
+from .files import MiB, FileTooLarge, read_capped, write_atomic
 from .git import batch_identity_env, git, git_ok
+
+# The state kept of the log last anchored grows with the batch's integrations; a marker past this is no marker
+# lanes-es wrote (the tick then reads the whole log, as without one).
+MAX_MARKER_BYTES = 64 * MiB
 
 
 def cat_file_batch(root: str, names: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
@@ -94,14 +98,14 @@ class GitAnchor:
         """The state kept by `save_anchor_state`; a marker of an older version holds only the size."""
         marker = self._marker(batch_id)
         try:
-            data = marker.read_bytes() if marker else None
-        except OSError:
+            data = read_capped(marker, MAX_MARKER_BYTES) if marker else None
+        except (OSError, FileTooLarge):  # no state this machine kept: the tick reads the whole log, as without one
             return None
         if data is None:
             return None
         try:
             return msgspec.json.decode(data, type=AnchorState)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             pass
         try:
             return AnchorState(size=int(data))

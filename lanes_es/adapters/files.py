@@ -1,9 +1,50 @@
-"""Writing a file so that a reader sees the old bytes or the new, never half of them."""
+"""Files written so that a reader sees the old bytes or the new, never half of them, and read within a bound.
+
+Every file lanes-es reads may be anything: a Lane's content, a path a user typed (`/dev/zero`), a
+sparse file of terabytes. `read_capped` reads at most one byte past the limit the caller names, so
+memory stays bounded whatever the file is.
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
+
+from lanes_es.errors import Refusal
+
+KiB, MiB = 1024, 1024 * 1024
+
+
+class FileTooLarge(Refusal, ValueError):
+    """A file held more than its reader takes; the message names it and the bound."""
+
+    def __init__(self, path: str | os.PathLike[str], limit: int) -> None:
+        super().__init__(f"input_too_large: {path} holds more than {size_text(limit)}, the most lanes-es reads of it; "
+                         f"name the right file")
+        self.path, self.limit = str(path), limit
+
+
+def read_capped(path: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of `path` (a regular file, a device, a pipe: whatever opens), at most `limit` of them;
+    FileTooLarge when it holds more, OSError as `open` raises it."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLarge(path, limit)
+    return data
+
+
+def read_capped_text(path: str | os.PathLike[str], limit: int, encoding: str = "utf-8") -> str:
+    """`read_capped`, decoded (UnicodeDecodeError as `bytes.decode` raises it)."""
+    return read_capped(path, limit).decode(encoding)
+
+
+def size_text(size: int) -> str:
+    """A byte count as a person reads it: 64 KiB, 16 MiB, 100 bytes."""
+    for unit, name in ((MiB, "MiB"), (KiB, "KiB")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit} {name}"
+    return f"{size} bytes"
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes, staging_dir: str | os.PathLike[str],

@@ -13,6 +13,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from lanes_es.adapters.files import read_capped_text
+
+GIT_FILE_BYTES = 64 * 1024  # HEAD, a `.git` file, `commondir`: a line each, in a Lane an Executor may rewrite
 
 
 @dataclass(frozen=True)
@@ -26,8 +29,8 @@ class Checkout:
     def head_ref(self) -> str | None:
         """`refs/heads/...` when HEAD is a branch, "HEAD" when detached, None when unreadable."""
         try:
-            head = (self.git_dir / "HEAD").read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
+            head = read_capped_text(self.git_dir / "HEAD", GIT_FILE_BYTES).strip()
+        except (OSError, ValueError):  # unreadable, not UTF-8, or far longer than any HEAD
             return None
         if head.startswith("ref: "):
             return head[5:].strip()
@@ -65,8 +68,8 @@ def _git_environment_set() -> bool:
 
 def _linked_git_dir(marker: Path) -> Path | None:
     try:
-        text = marker.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
+        text = read_capped_text(marker, GIT_FILE_BYTES).strip()
+    except (OSError, ValueError):
         return None
     if not text.startswith("gitdir: "):
         return None
@@ -81,8 +84,8 @@ def _checkout(top: Path, git_dir: Path) -> Checkout | None:
     commondir = git_dir / "commondir"
     if commondir.exists():
         try:
-            named = Path(commondir.read_text(encoding="utf-8").strip())
-        except (OSError, UnicodeDecodeError):
+            named = Path(read_capped_text(commondir, GIT_FILE_BYTES).strip())
+        except (OSError, ValueError):
             return None
         common = (git_dir / named).resolve() if not named.is_absolute() else named.resolve()
     try:

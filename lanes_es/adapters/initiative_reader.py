@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from lanes_es.adapters.files import FileTooLarge, read_capped
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.domain.initiative_file import parse_local_initiative
 from lanes_es.domain.jstext import utf8_text
@@ -43,9 +44,10 @@ def read_local_initiative(root: str, slug: str) -> dict[str, Any]:
     for parent in path.relative_to(root).parents:
         if parent != Path(".") and (Path(root) / parent).is_symlink():
             raise PortError(f"Local Initiative {relative} must be a regular file")
-    data = path.read_bytes()
-    if len(data) > MAX_CARRIER_BYTES:
-        raise PortError(f"Local Initiative {relative} is larger than {MAX_CARRIER_BYTES} bytes")
+    try:
+        data = read_capped(path, MAX_CARRIER_BYTES)
+    except FileTooLarge:
+        raise PortError(f"Local Initiative {relative} is larger than {MAX_CARRIER_BYTES} bytes") from None
     try:
         text = utf8_text(data)
     except ValueError as error:

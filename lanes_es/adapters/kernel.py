@@ -25,7 +25,6 @@ Store conditions read as "kernel store ..." so the tick reports them as upstream
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import uuid
@@ -277,7 +276,7 @@ class ReferenceKernel:
         if data is None:
             return None
         try:
-            proof = json.loads(data.decode("utf-8"))
+            proof = parse_json(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as error:
             raise KernelError(f"terminal proof {proof_path} is malformed: {error}") from None
         problem = tombstone_problem(task_id, proof)
@@ -713,7 +712,7 @@ class LaneStore:
 def _decode(data: bytes, kind: type, contract: str, path: str) -> Any:
     """A stored document: JSON, the expected contract, exactly the known fields."""
     try:
-        document = json.loads(data.decode("utf-8"))
+        document = parse_json(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
         raise KernelError(f"kernel store {path} is unreadable: {error}") from None
     found = document.get("contract") if isinstance(document, dict) else None

@@ -7,10 +7,13 @@ identifiers, never on a version number. Checked for a new batch before any Lane 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from lanes_es.adapters.files import MiB, read_capped_text
+from lanes_es.domain.jstext import parse_json
+
+MAX_JSON_FILE_BYTES = MiB  # a manifest or a package.json, read from a Lane or the repository
 MANIFEST_CONTRACT = "immune_brain/runtime_contracts/v1"
 KEYS = ("task_record", "task_tombstone", "assurance_projection", "kernel_store_schema")
 RUNTIME_CONTRACT_MISMATCH = "batch_runtime_contract_mismatch"
@@ -36,8 +39,8 @@ def read_runtime_contracts(directory: str | Path) -> tuple[Path, dict[str, Any]]
 
 def _validated(path: Path) -> dict[str, Any]:
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        manifest = parse_json(read_capped_text(path, MAX_JSON_FILE_BYTES))
+    except (OSError, ValueError):  # unreadable, not UTF-8 or JSON, nested too deeply, larger than any manifest
         raise ManifestError(f"{path} is not an {MANIFEST_CONTRACT} manifest") from None
     if not isinstance(manifest, dict) or manifest.get("contract") != MANIFEST_CONTRACT:
         raise ManifestError(f"{path} is not an {MANIFEST_CONTRACT} manifest")
@@ -63,8 +66,8 @@ def lane_runtime_dir(root: str, explicit: str | None) -> str | None:
     if explicit:
         return explicit
     try:
-        package = json.loads((Path(root) / "package.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        package = parse_json(read_capped_text(Path(root) / "package.json", MAX_JSON_FILE_BYTES))
+    except (OSError, ValueError):
         return None
     return root if isinstance(package, dict) and package.get("name") == "immune-brain" else None
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lanes_es.adapters.files import FileTooLarge, read_capped_text, size_text
 from lanes_es.audit.signing import AuditExtraMissing, KeyError_, Signer, Verifier
 from lanes_es.errors import naming
 
 KEY_ENV = "LANES_ES_SIGNING_KEY"
+MAX_KEY_FILE_BYTES = 64 * 1024  # a key is one line of about 100 characters
 PUBLIC_KEY_ENV = "LANES_ES_PUBLIC_KEY"
 KEY_NAME = "lanes-es"
 
@@ -36,11 +38,11 @@ def load_signer(common_dir: Path, create: bool = True) -> Signer:
            if os.environ.get("LANES_ES_SIGNING_KEY") else "; move it away and a new key is made on the next tick (auditors then "
                                             "need the new `lanes-es key show`)")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped_text(path, MAX_KEY_FILE_BYTES)
     except OSError as error:
         raise KeyError_(f"cannot read the signing key {path}: {error.strerror or error}{fix}") from None
-    except UnicodeDecodeError:
-        raise KeyError_(f"{path} is not a signing key (it is not text){fix}") from None
+    except (UnicodeDecodeError, FileTooLarge):
+        raise KeyError_(f"{path} is not a signing key (it is not text of a few lines){fix}") from None
     try:
         return Signer.parse(text.strip())
     except AuditExtraMissing:
@@ -76,7 +78,11 @@ def read_verifier(text_or_path: str) -> Verifier:
     text = text_or_path
     if "+" not in text_or_path or candidate.is_file():
         try:
-            text = candidate.read_text(encoding="utf-8").strip()
+            text = read_capped_text(candidate, MAX_KEY_FILE_BYTES).strip()
+        except FileTooLarge:
+            raise KeyError_(f"the public key file {text_or_path} holds more than a key (over "
+                            f"{size_text(MAX_KEY_FILE_BYTES)}); give the key's text (name+hash+keydata, as "
+                            f"`lanes-es key show` prints it) or a file holding it") from None
         except OSError as error:
             raise KeyError_(f"cannot read the public key {text_or_path}: {error.strerror or error}; give the key's "
                             f"text (name+hash+keydata, as `lanes-es key show` prints it) or a file holding it") from None

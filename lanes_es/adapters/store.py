@@ -16,13 +16,14 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import socket
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, unquote
 
 import msgspec
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -30,11 +31,14 @@ from eventsourcing.persistence import Mapper, OperationalError, RecordConflictEr
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteDatastore, SQLiteFactory
 from eventsourcing.utils import get_topic, resolve_topic
 
+from lanes_es.adapters.files import read_capped_text
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
+from lanes_es.domain.jstext import parse_json
 from lanes_es.domain.initiative import Initiative, initiative_id, slug_of
 from lanes_es.adapters.store_open import (CONNECT_TIMEOUT, VERIFY_HINT, full_disk, missing_schema,
-                                         privilege_refusal, probe_postgres, shown_url, sqlite_database, store_failure)
+                                         parsed_store_url, privilege_refusal, probe_postgres, shown_url, sqlite_database,
+                                         store_failure)
 from lanes_es.errors import Refusal
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
@@ -190,6 +194,18 @@ class DurableSQLiteFactory(SQLiteFactory):
         old.pool.close()
 
 
+# eventsourcing writes the schema into its SQL unquoted: a name PostgreSQL takes as one plain identifier.
+_PLAIN_SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
+
+
+def _schema_of(url: str, query: str) -> str:
+    schema = parse_qs(query).get("schema", ["public"])[0]
+    if not _PLAIN_SCHEMA.fullmatch(schema):
+        raise StoreError(f"invalid store URL {shown_url(url)}: schema {schema!r} is not a plain PostgreSQL name "
+                         f"(letters, digits, _ and $, not starting with a digit, at most 63); name another schema")
+    return schema
+
+
 def store_env(url: str, read_only: bool = False) -> dict[str, str]:
     """eventsourcing's environment for a store URL (checked: lanes_es/adapters/store_open.py)."""
     env = {
@@ -200,7 +216,7 @@ def store_env(url: str, read_only: bool = False) -> dict[str, str]:
     if url == "memory:":
         env["PERSISTENCE_MODULE"] = "eventsourcing.popo"
         return env
-    parsed = urlparse(url)
+    parsed = parsed_store_url(url)
     if parsed.scheme in ("postgresql", "postgres"):
         env.update({
             "PERSISTENCE_MODULE": "eventsourcing.postgres",
@@ -209,7 +225,7 @@ def store_env(url: str, read_only: bool = False) -> dict[str, str]:
             "POSTGRES_PORT": str(parsed.port or 5432),
             "POSTGRES_USER": unquote(parsed.username or "postgres"),
             "POSTGRES_PASSWORD": unquote(parsed.password or ""),
-            "POSTGRES_SCHEMA": parse_qs(parsed.query).get("schema", ["public"])[0],
+            "POSTGRES_SCHEMA": _schema_of(url, parsed.query),
             # One command needs one connection at a time; many coordinators share the server's limit.
             "POSTGRES_POOL_SIZE": "1",
             "POSTGRES_MAX_OVERFLOW": "2",
@@ -481,7 +497,7 @@ def _lock_key(env: dict[str, str], name: str) -> int:
 
 
 def is_postgres_url(url: str) -> bool:
-    return urlparse(url).scheme in ("postgresql", "postgres")
+    return parsed_store_url(url).scheme in ("postgresql", "postgres")
 
 
 def _poll(try_once: Any, wait: float, refusal: Any) -> None:
@@ -507,7 +523,7 @@ def _read_holder(path: Path) -> dict[str, Any] | None:
     """The holder a lock file records; None while the holder is between taking the lock and writing it."""
     for _ in range(3):
         try:
-            holder = json.loads(path.read_text(encoding="utf-8") or "null")
+            holder = parse_json(read_capped_text(path, 64 * 1024) or "null")
         except (OSError, ValueError):
             holder = None
         if holder:

@@ -31,8 +31,12 @@ def shown_url(url: str) -> str:
     """The store URL as a message shows it: a PostgreSQL password never reaches a terminal or a log."""
     from urllib.parse import urlsplit, urlunsplit
 
-    parts = urlsplit(url)
-    if parts.password is None:
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:  # a URL urllib cannot read (an unclosed IPv6 bracket): hide what stands before the host
+        return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+    if password is None:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
 
@@ -58,13 +62,29 @@ def sqlite_database(path: str, read_only: bool) -> str:
     return path
 
 
+def parsed_store_url(url: str) -> Any:
+    """`urlparse(url)`, its port read once: a URL urllib cannot read (an unclosed IPv6 bracket, a port out of
+    range or not a number) is the user's to fix, said as such."""
+    from urllib.parse import urlparse
+
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 - urllib checks the port only when it is read
+    except ValueError as error:
+        from lanes_es.adapters.store import StoreError
+
+        raise StoreError(f"invalid store URL {shown_url(url)}: {error}; write postgresql://USER@HOST:PORT/DB (a port "
+                         f"of 1 to 65535, an IPv6 host in brackets) with --store or LANES_ES_STORE") from None
+    return parsed
+
+
 def refuse_unmade_place(url: str, checkout: Path) -> None:
     """A SQLite store named by --store or LANES_ES_STORE is made only in a directory that exists: a typo in
     the path makes no folders (and a later command with the path right would find no batch); and never in
     the coordinator's working tree, which it would make dirty (every tick would refuse it)."""
-    from urllib.parse import unquote, urlparse
+    from urllib.parse import unquote
 
-    parsed = urlparse(url)
+    parsed = parsed_store_url(url)
     if url == "memory:" or parsed.scheme not in ("", "sqlite"):
         return
     path = unquote(parsed.path) if parsed.scheme == "sqlite" else url
@@ -311,10 +331,14 @@ def repository_id(common_dir: Path, create: bool) -> str | None:
     path = common_dir / "lanes-es" / REPOSITORY_ID_FILE
     if not path.exists() and create:
         _make_repository_id(path)
+    from lanes_es.adapters.files import FileTooLarge, read_capped_text
+
     try:
-        text = path.read_text(encoding="ascii").strip()
+        text = read_capped_text(path, 4096, "ascii").strip()
     except FileNotFoundError:
         return None
+    except FileTooLarge:
+        text = ""  # far more than an id: refused below as one edited outside lanes-es
     except (OSError, UnicodeDecodeError) as error:
         raise _id_failure(path, f"cannot be read ({error}); check its owner and mode") from None
     if not _REPOSITORY_ID.fullmatch(text):

@@ -15,6 +15,7 @@ import shlex
 import subprocess
 
 from lanes_es.adapters.processes import run_bounded, truncated_excerpt
+from lanes_es.domain.jstext import parse_json
 from lanes_es.ports import TrackerResult
 
 ANSWER_BYTES = 65536  # an answer is one small JSON object; more is read to its end (for its digest), not kept
@@ -43,8 +44,8 @@ class CommandTracker:
                                  message=f"tracker command answered more than {ANSWER_BYTES} bytes, not one JSON "
                                          f"object: {out.excerpt(DETAIL_CHARS)}")
         try:
-            answer = json.loads(out.head.decode("utf-8", "replace") or "null")
-        except json.JSONDecodeError:
+            answer = parse_json(out.head.decode("utf-8", "replace") or "null")
+        except ValueError:  # not JSON, or nested too deeply
             answer = None
         if (code != 0 or not isinstance(answer, dict) or answer.get("status") not in KNOWN_STATUSES
                 or not isinstance(answer.get("message", ""), str)):

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 import msgspec
 
 from lanes_es.domain import events as ev
+from lanes_es.domain.jstext import parse_json
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 INTEGRATION_PREDICATE = "urn:lanes-es:predicate:integration:v1"
@@ -187,7 +188,7 @@ def acceptance_items(intent_bytes: bytes | None, task_id: str = "",
     if intent_bytes is None:
         return []
     try:
-        items = json.loads(intent_bytes).get("acceptance") or []
+        items = parse_json(intent_bytes.decode("utf-8")).get("acceptance") or []
     except (ValueError, AttributeError):
         return []
     verification = verification or {}
@@ -200,7 +201,7 @@ def acceptance_items(intent_bytes: bytes | None, task_id: str = "",
             continue
         command: Any = None
         try:
-            descriptor = json.loads(item.get("verification") or "null")
+            descriptor = parse_json(item.get("verification") or "null")
             command = descriptor.get("command") if isinstance(descriptor, dict) else None
         except (TypeError, ValueError):
             command = None

@@ -23,15 +23,17 @@ from typing import Any, Iterator, NoReturn
 
 import msgspec
 
+from lanes_es.adapters.files import FileTooLarge, read_capped
 from lanes_es.adapters.git import DEFAULT_AUTHOR_NAME, git_ok
 from lanes_es.domain.audit_pair import (
     AUDIT_DIR, PROOF_FILE, RECORD_FILE, normalize_tombstone, verify_pair,
 )
 from lanes_es.domain.ids import RECORD_CONTRACT, REPORT_CONTRACT, batch_branch_name, is_valid_id
 from lanes_es.domain.intent import InvalidIntent, is_path_allowed_for_child, parse_task_intent
+from lanes_es.domain.jstext import parse_json
 from lanes_es.domain.record import expected_batch_head
 from lanes_es.domain.validator import InvalidRecord, validate_record
-from lanes_es.projections.files import UnsafeBatchId, read_bytes, report_path, state_path
+from lanes_es.projections.files import MAX_DOCUMENT_BYTES, UnsafeBatchId, read_bytes, report_path, state_path
 
 OBSERVATION_CONTRACT = "immune_brain/batch_completion_observation/v1"
 
@@ -170,12 +172,15 @@ def _read(path: Path, what: str) -> bytes:
         raise Refused(READ_FAILED, f"cannot read the {what} {path}: {error.strerror or error}") from None
     if data is None:
         raise Refused(READ_FAILED, f"the {what} {path} does not exist")
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise Refused(READ_FAILED, f"the {what} {path} is larger than {MAX_DOCUMENT_BYTES} bytes, which no batch's "
+                                   f"{what} is")
     return data
 
 
 def _parse(data: bytes, path: Path, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(data.decode("utf-8"))
+        value = parse_json(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
         raise Refused(READ_FAILED, f"the {what} {path} is not JSON: {error}") from None
     if not isinstance(value, dict):
@@ -513,9 +518,9 @@ def _check_pair(root: str, step: _Step, blobs: dict[str, bytes | None], seen: _S
 
 def _is_stopped(record: bytes, proof: bytes) -> bool:
     try:
-        record_value = json.loads(record)
-        proof_value = json.loads(proof)
-    except ValueError:
+        record_value = parse_json(record.decode("utf-8"))
+        proof_value = parse_json(proof.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError and nesting too deep among them
         return False  # not JSON: verify_pair names that
     lifecycle = normalize_tombstone(proof_value).get("terminal_lifecycle") if isinstance(proof_value, dict) else None
     return lifecycle == "stopped" or (isinstance(record_value, dict) and record_value.get("lifecycle") == "stopped")
@@ -526,8 +531,8 @@ def _worktree_bytes(root: str, path: str) -> bytes | None:
     if target.is_symlink() or not target.is_file():
         return None  # a symlink is not the committed file, whatever it points at
     try:
-        return target.read_bytes()
-    except OSError:
+        return read_capped(target, MAX_DOCUMENT_BYTES)
+    except (OSError, FileTooLarge):  # larger than any audit file: it is not the committed one either
         return None
 
 
@@ -537,7 +542,7 @@ def _check_scope(step: _Step, blobs: dict[str, bytes | None]) -> None:
         raise Refused(SCOPE_MISMATCH, f"the intent of {step.task_id} is not in commit {step.commit.sha}, so its "
                                       f"scope cannot be checked")
     try:
-        intent = parse_task_intent(json.loads(data.decode("utf-8")))
+        intent = parse_task_intent(parse_json(data.decode("utf-8")))
     except (UnicodeDecodeError, ValueError, InvalidIntent) as error:
         raise Refused(SCOPE_MISMATCH, f"the intent of {step.task_id} in {step.commit.sha} is invalid: {error}") from None
     if intent["task_id"] != step.task_id:

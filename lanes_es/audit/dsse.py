@@ -13,6 +13,8 @@ import binascii
 import json
 from typing import Any
 
+from lanes_es.domain.jstext import parse_json
+
 from .signing import Signer, Verifier
 
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -41,7 +43,7 @@ def envelope_bytes(envelope: dict[str, Any]) -> bytes:
 def open_envelope(data: bytes, verifier: Verifier) -> dict[str, Any]:
     """The JSON payload of an envelope signed by `verifier`; EnvelopeError otherwise."""
     try:
-        envelope = json.loads(data)
+        envelope = parse_json(data.decode("utf-8"))
         body = base64.b64decode(envelope["payload"], validate=True)
         payload_type = envelope["payloadType"]
         signatures = [base64.b64decode(item["sig"], validate=True) for item in envelope["signatures"]]
@@ -50,7 +52,7 @@ def open_envelope(data: bytes, verifier: Verifier) -> dict[str, Any]:
     if not any(verifier.verify(pae(payload_type, body), signature) for signature in signatures):
         raise EnvelopeError(f"no signature of {verifier.name}+{verifier.key_id:08x} holds on the envelope")
     try:
-        payload = json.loads(body)
+        payload = parse_json(body.decode("utf-8"))
     except ValueError:
         raise EnvelopeError("the envelope's payload is not JSON") from None
     if not isinstance(payload, dict):

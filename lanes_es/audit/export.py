@@ -15,13 +15,15 @@ malformed file with the line number and what is wrong with it.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import msgspec
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic, resolve_topic
 
+from lanes_es.adapters.files import MiB, size_text
 from lanes_es.adapters.store import NullTranscoder, StructMapper, state_bytes
 from lanes_es.errors import naming
 from lanes_es.domain import events as ev
@@ -33,6 +35,10 @@ _ENCODER = msgspec.json.Encoder(order="sorted")
 _KNOWN_EVENTS = frozenset(ev.ALL_EVENTS)
 # Only topics inside this package are resolved: resolving imports a module, and an export is untrusted.
 _TRUSTED_TOPIC_PREFIX = "lanes_es."
+
+
+# The longest line read as one event: the largest (a BatchPrepared of 4,000 children) is about 1.6 MB.
+MAX_LINE_BYTES = 16 * MiB
 
 
 class ExportError(ValueError):
@@ -87,11 +93,8 @@ def read_export(path: str | Path) -> list[Any]:
 
 def read_export_log(path: str | Path) -> tuple[list[Any], list[ChainBreak]]:
     """The events of an export file and the breaks of its rows and chain, on the lines as written."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as error:
-        raise ExportError(f"cannot read the export {path}: {error.strerror or error}") from None
-    return parse_export_log(data, str(path))
+    _, events, breaks = read_export_rows(path)
+    return events, breaks
 
 
 def parse_export(data: bytes, name: str = "export") -> list[Any]:
@@ -104,30 +107,65 @@ def parse_export_log(data: bytes, name: str = "export") -> tuple[list[Any], list
 
 
 def read_export_rows(path: str | Path) -> tuple[list[StoredEvent], list[Any], list[ChainBreak]]:
-    """The rows of an export file as written (for the Merkle leaves), its events and its breaks."""
+    """The rows of an export file as written (for the Merkle leaves), its events and its breaks.
+
+    Read a line at a time, each at most MAX_LINE_BYTES: a file that is no export (`/dev/zero`, a disk
+    image) is refused at its first line, in bounded memory, instead of being read whole first."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as handle:
+            return _rows_of_lines(handle, str(path))
     except OSError as error:
         raise ExportError(f"cannot read the export {path}: {error.strerror or error}") from None
-    return parse_export_rows(data, str(path))
 
 
 def parse_export_rows(data: bytes, name: str = "export") -> tuple[list[StoredEvent], list[Any], list[ChainBreak]]:
-    if not data.strip():
-        raise ExportError(f"{name} holds no events")
-    if not data.endswith(b"\n"):
-        raise ExportError(f"{name} does not end with a newline: the file is truncated")
+    return _rows_of_lines(io.BytesIO(data), name)
+
+
+def _rows_of_lines(handle: BinaryIO, name: str) -> tuple[list[StoredEvent], list[Any], list[ChainBreak]]:
+    """Each line one event; a blank line is an error once an event follows it or the file ends, a last line
+    without its newline is a truncated file, a file of blanks holds no events."""
     mapper = StructMapper(NullTranscoder())
     rows: list[StoredEvent] = []
     events: list[Any] = []
-    for number, line in enumerate(data[:-1].split(b"\n"), start=1):
-        row, event = _event_of_line(mapper, line, f"{name} line {number}")
+    first_blank: int | None = None
+    ends_with_newline = True
+    for number, line in enumerate(_lines(handle, name), start=1):
+        ends_with_newline = line.endswith(b"\n")
+        if not line.strip():
+            first_blank = first_blank or number
+            continue
+        if not ends_with_newline:
+            raise ExportError(f"{name} does not end with a newline: the file is truncated")
+        if first_blank is not None:
+            raise ExportError(f"{name} line {first_blank}: an empty line; each line must be one event")
+        row, event = _event_of_line(mapper, line[:-1], f"{name} line {number}")
         if events and event.originator_id != events[0].originator_id:
             raise ExportError(f"{name} line {number}: an event of {event.originator_id} inside the export of "
                               f"{events[0].originator_id}; an export holds one batch's log")
         rows.append(row)
         events.append(event)
+    if not rows:
+        raise ExportError(f"{name} holds no events")
+    if not ends_with_newline:
+        raise ExportError(f"{name} does not end with a newline: the file is truncated")
+    if first_blank is not None:
+        raise ExportError(f"{name} line {first_blank}: an empty line; each line must be one event")
     return rows, events, stored_breaks(rows, events)
+
+
+def _lines(handle: BinaryIO, name: str) -> Iterator[bytes]:
+    """The file's lines (split at newlines only), each at most MAX_LINE_BYTES."""
+    number = 0
+    while True:
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_BYTES:
+            raise ExportError(f"{name} line {number} is longer than {size_text(MAX_LINE_BYTES)}: no event is; "
+                              f"this is not an export of lanes-es")
+        yield line
 
 
 def _event_of_line(mapper: Any, line: bytes, where: str) -> tuple[StoredEvent, Any]:
@@ -137,6 +175,8 @@ def _event_of_line(mapper: Any, line: bytes, where: str) -> tuple[StoredEvent, A
         fields = msgspec.json.decode(line)
     except msgspec.DecodeError as error:
         raise ExportError(f"{where}: not JSON ({error})") from None
+    except RecursionError:
+        raise ExportError(f"{where}: JSON nests too deeply; no event does") from None
     if not isinstance(fields, dict):
         raise ExportError(f"{where}: not a JSON object")
     topic = fields.pop("topic", None)

@@ -138,9 +138,16 @@ def _repository(root: str | Path | None) -> Any:
         return None
 
 
+# The most read of each file a user names: a checkpoint is a signed note of a few lines; a proof carries one
+# event (the largest, a BatchPrepared of thousands of children, is a few MB) in base64 and a log-sized path.
+READ_LIMITS = {"checkpoint": 64 * 1024, "proof": 16 * 1024 * 1024}
+
+
 def _read_text(path: str, what: str) -> str:
+    from lanes_es.adapters.files import read_capped_text
+
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_capped_text(path, READ_LIMITS[what])
     except (OSError, UnicodeDecodeError) as error:
         raise ServiceError("invalid_input", f"cannot read the {what} {path}: {getattr(error, 'strerror', error)}") from None
 
@@ -256,8 +263,11 @@ def verify_proof_command(path: Path, public_key: str, checkpoint_file: str | Non
 
 
 def _read_proof(path: Path) -> dict[str, Any]:
+    from lanes_es.domain.jstext import parse_json
+
+    text = _read_text(str(path), "proof")
     try:
-        proof = json.loads(_read_text(str(path), "proof"))
+        proof = parse_json(text)
         if proof.get("format") != PROOF_FORMAT:
             raise ValueError(f"not a {PROOF_FORMAT} document")
         for name, kind in (("origin", str), ("event_version", int), ("leaf_index", int), ("tree_size", int),

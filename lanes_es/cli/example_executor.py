@@ -43,6 +43,8 @@ def hint_for(task_id: str, text: str | None) -> tuple[str, str] | None:
         hint = json.loads(text)
     except json.JSONDecodeError as error:
         raise CannotWork(f"LANES_ES_EXECUTOR_HINT is not JSON: {error.msg}") from None
+    except RecursionError:
+        raise CannotWork("LANES_ES_EXECUTOR_HINT is not a hint: its JSON nests too deeply") from None
     if isinstance(hint, dict) and "path" not in hint:
         hint = hint.get(task_id)
         if hint is None:
@@ -88,9 +90,11 @@ def hint_text(argv: list[str]) -> str | None:
         return os.environ.get("LANES_ES_EXECUTOR_HINT")
     if len(argv) != 2:
         raise CannotWork("--hints needs one FILE (the JSON of LANES_ES_EXECUTOR_HINT)")
+    from lanes_es.adapters.files import MiB, read_capped_text
+
     try:
-        return Path(argv[1]).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
+        return read_capped_text(argv[1], MiB)
+    except (OSError, ValueError) as error:  # unreadable, not UTF-8, or over 1 MiB: no hint file is
         raise CannotWork(f"cannot read the hints {argv[1]}: {error}") from None
 
 
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         try:
             intent = json.loads(os.environ.get("LANES_ES_INTENT") or "")
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise CannotWork("LANES_ES_INTENT does not hold the task's TaskIntent JSON") from None
         relative, content = hint_for(task_id, hint_text(argv)) or default_delivery(intent)
         wrote = deliver(lane, task_id, list(intent.get("scope_hint", [])), relative, content)

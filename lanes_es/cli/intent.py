@@ -54,9 +54,12 @@ def read_intent_file(path: str) -> dict[str, Any]:
     file = Path(path)
     if file.is_symlink() or not file.is_file():
         raise InvalidInput(f"invalid intent {path}: not a regular file")
-    data = file.read_bytes()
-    if len(data) > MAX_INTENT_BYTES:
-        raise InvalidInput(f"invalid intent {path}: larger than 64 KiB")
+    from lanes_es.adapters.files import FileTooLarge, read_capped
+
+    try:
+        data = read_capped(file, MAX_INTENT_BYTES)
+    except FileTooLarge:
+        raise InvalidInput(f"invalid intent {path}: larger than 64 KiB") from None
     try:
         return parse_task_intent(parse_json_file_text(data))
     except (InvalidIntent, ValueError) as error:

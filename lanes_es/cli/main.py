@@ -426,12 +426,16 @@ def parse_tick_inputs(max_parallel: Any, offers: Any, instruction: Any, revision
 def _json_argument(text: str | None, name: str) -> Any:
     from lanes_es.domain.inputs import InvalidInput
 
+    from lanes_es.domain.jstext import parse_json
+
     if text is None:
         return None
     try:
-        return json.loads(text)
+        return parse_json(text)
     except json.JSONDecodeError as error:
         raise InvalidInput(f"invalid {name}: not JSON ({error.msg})") from None
+    except ValueError as error:  # nested too deeply, NaN or Infinity: JSON.parse refuses them too
+        raise InvalidInput(f"invalid {name}: {error}") from None
 
 
 def _tick(args: argparse.Namespace) -> int:

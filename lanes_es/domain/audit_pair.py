@@ -15,7 +15,7 @@ import re
 from typing import Any, Mapping
 
 from .ids import is_canonical_timestamp, is_valid_id
-from .jstext import escape_lone_surrogates
+from .jstext import escape_lone_surrogates, parse_json
 
 TASK_RECORD_CONTRACT = "assurance_kernel/task_record/v4"
 TOMBSTONE_CONTRACT = "assurance_kernel/task_tombstone/v2"
@@ -121,8 +121,8 @@ def verify_pair(task_id: str, record_bytes: bytes, proof_bytes: bytes) -> str | 
     terminal event is the record's final `complete` transition.
     """
     try:
-        record = json.loads(record_bytes.decode("utf-8"))
-        proof = json.loads(proof_bytes.decode("utf-8"))
+        record = parse_json(record_bytes.decode("utf-8"))
+        proof = parse_json(proof_bytes.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
         return f"audit pair is not valid JSON: {error}"
     if not isinstance(record, dict):

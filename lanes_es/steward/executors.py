@@ -22,7 +22,9 @@ from typing import Any, Callable, Mapping
 
 import msgspec
 
+from lanes_es.adapters.files import read_capped_text
 from lanes_es.adapters.processes import process_alive
+from lanes_es.domain.jstext import parse_json
 from lanes_es.domain.events import AttemptLimits, ExecutorUsage
 from lanes_es.executors.agent import Agent
 from lanes_es.executors.attempt import AttemptResult, AttemptSpec, StopRequest, write_atomically
@@ -267,10 +269,10 @@ class Executors:
         for pid_file in sorted(self.logs_dir.glob("*.pid")):
             task_id = pid_file.stem
             try:
-                recorded = json.loads(pid_file.read_text())
+                recorded = parse_json(read_capped_text(pid_file, 64 * 1024))
                 pid, lane = int(recorded["pid"]), str(recorded["lane"])
                 revision = recorded.get("record_revision")
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # not a pid file this steward wrote
                 pid_file.unlink(missing_ok=True)
                 continue
             if not _alive_in(pid, lane):

@@ -15,6 +15,8 @@ from typing import Any, Callable, Iterator
 
 import msgspec
 
+from lanes_es.adapters.batch_git import MAX_INTENT_BYTES
+from lanes_es.adapters.files import read_capped_text
 from lanes_es.adapters.store import StoreConflict
 from lanes_es.domain.record import IN_FLIGHT
 from lanes_es.ports import GitFailure
@@ -247,8 +249,8 @@ class Autopilot:
         relative = next((c.intent_path for c in children if c.task_id == handoff["task_id"] and c.intent_path),
                         f"docs/plans/{handoff['task_id']}.intent.json")
         try:
-            return (Path(handoff["lane_path"]) / relative).read_text(encoding="utf-8")
-        except OSError as error:
+            return read_capped_text(Path(handoff["lane_path"]) / relative, MAX_INTENT_BYTES)
+        except (OSError, ValueError) as error:  # unreadable, not UTF-8, or larger than any intent
             self.tell("intent_unreadable", f"executor: the intent of {handoff['task_id']} is unreadable in its "
                                            f"Lane: {error}", task_id=handoff["task_id"], reason=str(error))
             return ""
