@@ -1,8 +1,11 @@
-"""The one way lanes-es runs git: `sh`, hooks and signing off, no pager, no prompt, counted.
+"""The one way lanes-es runs git: `sh`, no program the repository's config names, no prompt, counted.
 
 Every spawn costs milliseconds (about 7 ms through `sh` here), so each call is
 counted and timed in `STATS`; a tick reports them with `LANES_ES_STATS=<file>`.
-Nothing else in the project imports `sh` or `subprocess` to run git.
+Nothing else in the project imports `sh` or `subprocess` to run git. Each call is given,
+in its own arguments and environment (no spawn more), the overrides of every key that
+can name a program (lanes_es/adapters/git_programs.py): hooks, filters, merge drivers,
+fsmonitor, editors, signing, transports and their helpers.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from lanes_es.adapters.git_programs import FIXED_CONFIG, FIXED_ENV, config_env, driver_config
 from lanes_es.ports import GitFailure
 
 DEFAULT_AUTHOR_NAME = "Immune-Brain Batch"
 DEFAULT_AUTHOR_EMAIL = "immune-brain@local"
 
 _GIT: list[Any] = []  # sh's git command, made on the first spawn
-RUNNER_CONFIG = ("-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "maintenance.auto=false")
+RUNNER_CONFIG = tuple(argument for key, value in FIXED_CONFIG for argument in ("-c", f"{key}={value}"))
 
 
 def _git_command() -> Any:
@@ -98,12 +102,16 @@ class GitResult:
         return self.stderr.decode("utf-8", "replace").strip()
 
 
-def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The caller's environment plus what keeps git quiet and lock-free (sh's _env replaces it whole)."""
+def git_env(extra: Mapping[str, str] | None = None, root: str | None = None) -> dict[str, str]:
+    """The caller's environment plus what keeps git quiet, lock-free and from running any program the
+    repository at `root` names (sh's _env replaces the environment whole)."""
     env = dict(os.environ)
-    env.update({"GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"})
+    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C", **FIXED_ENV})
     if extra:
         env.update(extra)
+    drivers = driver_config(root) if root is not None else []
+    if drivers:
+        env.update(config_env(drivers, env))
     return env
 
 
@@ -119,7 +127,7 @@ def batch_identity_env() -> dict[str, str]:
 
 def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | str | None = None,
         env: Mapping[str, str] | None = None, timeout: float | None = None) -> GitResult:
-    """Run `git -C root -c core.hooksPath=/dev/null -c commit.gpgsign=false -c maintenance.auto=false <args>`.
+    """Run `git -C root <RUNNER_CONFIG> <args>` in `git_env` (lanes_es/adapters/git_programs.py says why each).
 
     Exit codes in `ok_codes` return a GitResult; any other raises GitFailure with
     git's own words. Output is bytes; decode where the format is known.
@@ -142,7 +150,7 @@ def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | st
     import sh
 
     try:
-        process = command(*argv, _env=git_env(env), _tty_out=False, _ok_code=list(ok_codes), _in=stdin,
+        process = command(*argv, _env=git_env(env, root), _tty_out=False, _ok_code=list(ok_codes), _in=stdin,
                        _return_cmd=True, **options)
         return GitResult(process.exit_code, process.stdout, process.stderr)
     except sh.ErrorReturnCode as error:

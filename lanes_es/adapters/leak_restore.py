@@ -20,6 +20,10 @@ from lanes_es.domain import events as ev
 from lanes_es.ports import PortError
 from lanes_es.domain.working_tree import ProvablePath, Unprovable, leak_kind
 
+# lanes-es's one porcelain diff: without these flags a textconv or external diff driver (a program the
+# repository's config names) would run to make the patch.
+PATCH_ARGS = ("diff", "--no-ext-diff", "--no-textconv", "--binary", "HEAD", "--")
+
 
 def plan_lane_leak_restore(root: str, record: dict[str, Any],
                            entries: list[tuple[str, str]]) -> list[ProvablePath] | Unprovable:
@@ -95,7 +99,7 @@ class GitLeakRestorer:
         files.mkdir(parents=True, exist_ok=True)
         modified = [p.path for p in planned if p.kind == "modified"]
         if modified:
-            patch = git(root, "diff", "--binary", "HEAD", "--", *modified).stdout
+            patch = git(root, *PATCH_ARGS, *modified).stdout
             (Path(root) / backup / "restore.patch").write_bytes(patch)
         for item in planned:
             if item.kind == "modified":
