@@ -205,7 +205,11 @@ def _protected_inputs(tree: str, writable: tuple[str, ...]) -> dict[str, str]:
         relative_dir = os.path.relpath(directory, tree)
         dirnames[:] = [name for name in dirnames
                        if not _is_writable(os.path.normpath(os.path.join(relative_dir, name)), writable)]
-        for name in filenames:
+        # A symlink to a directory is listed among the directories (and not followed): it is an input
+        # like any other link, held by its target (the candidate's tree counts it so too).
+        links = [name for name in dirnames if os.path.islink(os.path.join(directory, name))]
+        dirnames[:] = [name for name in dirnames if name not in links]
+        for name in [*filenames, *links]:
             relative = os.path.normpath(os.path.join(relative_dir, name))
             if _is_writable(relative, writable):
                 continue
