@@ -17,7 +17,7 @@ import time
 
 from lanes_es.adapters.git import git
 from lanes_es.ports import CommandResult
-from lanes_es.adapters.processes import forget_group, kill_group, start_group
+from lanes_es.adapters.processes import forget_group, kill_group, start_check
 
 DEFAULT_TIMEOUT_MS = 1_800_000  # upstream's DEFAULT_TIMEOUT_MS: 30 minutes per command
 
@@ -35,7 +35,7 @@ def run_command(root: str, command: str, timeout_ms: int) -> CommandResult:
     try:
         if not argv:
             raise FileNotFoundError("empty command")
-        process = start_group(argv, cwd=root, env=dict(os.environ), stdin=subprocess.DEVNULL,
+        process = start_check(argv, cwd=root, env=dict(os.environ), stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except (OSError, ValueError):
         return _result(command, None, "spawn_failed", started)

@@ -20,6 +20,7 @@ import msgspec
 
 from lanes_es.adapters.git import batch_identity_env, git, git_ok
 from lanes_es.adapters.git_dirs import find_checkout
+from lanes_es.adapters.processes import tree_prefix
 from lanes_es.domain.flakes import rerunnable
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.domain.jstext import parse_json
@@ -951,7 +952,7 @@ def _run_on_fresh_tree(tree: CandidateTree, task_id: str, intent: dict[str, Any]
     from lanes_es.adapters.qa import run_acceptance_with_outputs  # the kernel's deterministic QA
 
     try:
-        with tempfile.TemporaryDirectory(prefix="lanes-es-candidate-", ignore_cleanup_errors=True) as directory:
+        with tempfile.TemporaryDirectory(prefix=tree_prefix("candidate"), ignore_cleanup_errors=True) as directory:
             tree.write_to(directory)
             verdict, outputs = run_acceptance_with_outputs(directory, task_id, intent, tree.input_digests())
     except IntegrationError:

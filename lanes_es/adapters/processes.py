@@ -6,13 +6,25 @@ terminal's Ctrl-C then does not reach it, so lanes-es ends it itself: every grou
 from the moment it exists (an interrupt is held while the child starts), and `groups_ended_on_interrupt`
 kills them all when SIGINT arrives, before the KeyboardInterrupt unwinds (a thread pool waiting on its
 checks would otherwise wait for them to end on their own, up to their timeout).
+
+A check also ends with the process that started it when that process is killed outright (SIGKILL, an
+out-of-memory kill: no handler runs). Its leader gets the kernel's parent-death signal (SIGKILL), and its
+group is recorded in the temporary directory under the process that owns it, as are the temporary trees
+it runs in (`lanes-es-candidate-*`, `lanes-es-qa-home-*`, `lanes-es-qa-tree-*`, named after their
+owner); the next lanes-es process that starts a check, or an autopilot, first ends what is left of the
+groups of owners that are gone (the leader's children, which the kernel does not signal) and removes
+their trees.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -43,18 +55,32 @@ def start_group(argv: list[str], **popen_args: Any) -> subprocess.Popen[bytes]:
     return process
 
 
+def start_check(argv: list[str], **popen_args: Any) -> subprocess.Popen[bytes]:
+    """`start_group` for a check lanes-es waits for: it ends with this process, even one killed outright (its
+    leader by the parent-death signal, what it started by the next lanes-es that starts a check)."""
+    reap_abandoned_once()
+    process = start_group(argv, preexec_fn=_ends_with(os.getpid()), **popen_args)
+    _record(process)
+    return process
+
+
 def kill_group(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the command's whole process group (it leads its own session), then reap it."""
     _signal_group(process)
     process.wait()
-    with STARTED.lock:
-        STARTED.running.discard(process)
+    forget_group(process)
 
 
 def forget_group(process: subprocess.Popen[bytes]) -> None:
     """The command ended by itself and was reaped: its group is no longer ours to end (its pid may be reused)."""
     with STARTED.lock:
         STARTED.running.discard(process)
+    record = getattr(process, "_lanes_es_record", None)
+    if record is not None:
+        try:
+            os.unlink(record)
+        except OSError:
+            pass
 
 
 def end_started_groups() -> None:
@@ -115,6 +141,161 @@ def _signal_group(process: subprocess.Popen[bytes]) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+# ---------------------------------------------------------------- what a process killed outright leaves
+
+
+TREE_KINDS = ("candidate", "qa-home", "qa-tree")
+_TREE_NAME = re.compile(r"lanes-es-(?:candidate|qa-home|qa-tree)-(\d+\.\d+)-.*")
+_PR_SET_PDEATHSIG = 1
+_PRCTL: list[Any] = []  # libc's prctl, looked up once (None where there is none)
+_REAPED: list[bool] = []
+_OWN: list[tuple[int, str | None]] = []
+
+
+def tree_prefix(kind: str) -> str:
+    """The prefix of a temporary tree of `kind` (TREE_KINDS) this process owns: its owner is in its name
+    (without /proc, where no owner can be told alive, the plain prefix, and no tree is ever removed)."""
+    assert kind in TREE_KINDS
+    owner = _own_token()
+    return f"lanes-es-{kind}-{owner}-" if owner else f"lanes-es-{kind}-"
+
+
+def _own_token() -> str | None:
+    """This process's owner token, read once (again in a child made by fork: its pid differs)."""
+    pid = os.getpid()
+    if not _OWN or _OWN[0][0] != pid:
+        _OWN[:] = [(pid, owner_token(pid))]
+    return _OWN[0][1]
+
+
+def owner_token(pid: int) -> str | None:
+    """`<pid>.<start time>`: a process, told apart from a later one given the same pid."""
+    started = _start_time(pid)
+    return None if started is None else f"{pid}.{started}"
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc's field 22); None when it is gone (or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def _alive(token: str) -> bool:
+    pid, _, _ = token.partition(".")
+    return pid.isdigit() and owner_token(int(pid)) == token
+
+
+def _registry() -> str:
+    return os.path.join(tempfile.gettempdir(), f"lanes-es-checks-{os.getuid()}")
+
+
+def _record(process: subprocess.Popen[bytes]) -> None:
+    """Note the check's group under this process, until it is ended and reaped (`forget_group`)."""
+    owner, leader = _own_token(), owner_token(process.pid)
+    if owner is None or leader is None:
+        return  # no /proc: the parent-death signal is all there is
+    folder = os.path.join(_registry(), owner)
+    try:
+        if not os.path.isdir(folder):
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            atexit.register(_forget_owner, folder)
+        path = os.path.join(folder, leader)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    except OSError:
+        return  # an unwritable temporary directory: the check runs as before, without its record
+    process._lanes_es_record = path  # type: ignore[attr-defined]
+
+
+def _forget_owner(folder: str) -> None:
+    """At a normal exit: this process's records (its checks are ended and reaped by then), and the registry
+    when no other process has any, so that nothing is left in the temporary directory."""
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        os.rmdir(os.path.dirname(folder))
+    except OSError:
+        pass  # another process's records are there
+
+
+def _ends_with(parent: int) -> Callable[[], None]:
+    """What the check's child runs before its program: SIGKILL when the thread that started it dies (the kernel
+    keeps it across exec), and exit at once when that already happened."""
+    if not _PRCTL:
+        try:
+            import ctypes
+
+            _PRCTL.append(ctypes.CDLL(None, use_errno=True).prctl)
+        except (OSError, AttributeError):
+            _PRCTL.append(None)
+    prctl = _PRCTL[0]
+
+    def in_child() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(137)
+
+    return in_child
+
+
+def reap_abandoned_once() -> None:
+    """`reap_abandoned`, the first time this process asks."""
+    with STARTED.lock:
+        if _REAPED:
+            return
+        _REAPED.append(True)
+    reap_abandoned()
+
+
+def reap_abandoned() -> None:
+    """End what is left of the checks of lanes-es processes that are gone, then remove their temporary trees.
+    Only where /proc tells which owners are alive."""
+    if _own_token() is None:
+        return
+    registry = _registry()
+    for owner in _listdir(registry):
+        if _alive(owner):
+            continue
+        folder = os.path.join(registry, owner)
+        for leader in _listdir(folder):
+            _end_abandoned(leader)
+        shutil.rmtree(folder, ignore_errors=True)
+    try:
+        os.rmdir(registry)  # when no process has records left
+    except OSError:
+        pass
+    base = tempfile.gettempdir()
+    for entry in _listdir(base):
+        found = _TREE_NAME.fullmatch(entry)
+        if found is not None and not _alive(found.group(1)):
+            shutil.rmtree(os.path.join(base, entry), ignore_errors=True)
+
+
+def _end_abandoned(leader: str) -> None:
+    """SIGKILL the group the recorded leader led. Its pid cannot be given to a new process while the group
+    lives, so the group is the check's own unless a new process holds that pid (then it ended long ago)."""
+    pid, _, _ = leader.partition(".")
+    if not pid.isdigit() or int(pid) <= 1:
+        return
+    current = owner_token(int(pid))
+    if current is not None and current != leader:
+        return
+    try:
+        os.killpg(int(pid), signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _listdir(directory: str) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except OSError:
+        return []
 
 
 def process_alive(pid: int) -> bool:
@@ -182,7 +363,7 @@ def run_bounded(argv: list[str], cwd: str, stdin: bytes, timeout: float, keep_st
 
     deadline = time.monotonic() + timeout
     out, err = Captured(keep_stdout), Captured(keep_stderr)
-    process = start_group(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = start_check(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
         try:

@@ -29,7 +29,7 @@ import msgspec
 from lanes_es.adapters.git import git
 from lanes_es.domain.descriptor import CommandSpec, parse_verification_descriptor
 from lanes_es.domain.events import CommandDigest
-from lanes_es.adapters.processes import Captured, kill_group, start_group
+from lanes_es.adapters.processes import Captured, kill_group, start_check, tree_prefix
 
 VERDICT_CONTRACT = "assurance_kernel/assurance_verdict/v2"
 OUTPUT_TAIL_BYTES = 400
@@ -129,7 +129,7 @@ def run_acceptance_on_worktree_with_outputs(worktree: str, task_id: str, intent:
 def materialized_worktree(worktree: str) -> Iterator[str]:
     """A temporary directory holding what `git ls-files -co --exclude-standard` lists in `worktree`."""
     listed = git(worktree, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--")
-    target = tempfile.mkdtemp(prefix="lanes-es-qa-tree-")
+    target = tempfile.mkdtemp(prefix=tree_prefix("qa-tree"))
     try:
         for path in dict.fromkeys(part for part in listed.stdout.decode("utf-8", "surrogateescape").split("\0")
                                   if part):
@@ -250,7 +250,7 @@ def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
 @contextmanager
 def _sandbox_env() -> Iterator[dict[str, str]]:
     """The only environment a descriptor sees: PATH, a temporary HOME, TMPDIR and cache, a process token."""
-    base = tempfile.mkdtemp(prefix="lanes-es-qa-home-")
+    base = tempfile.mkdtemp(prefix=tree_prefix("qa-home"))
     try:
         env = {
             "PATH": os.environ.get("PATH", os.defpath),
@@ -287,7 +287,7 @@ def run_command(tree: str, command: CommandSpec, env: dict[str, str], output: Ou
     except CheckError as error:
         return str(error)
     try:
-        process = start_group([executable, *command.argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        process = start_check([executable, *command.argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as error:
         return f"{command.executable} could not start: {error.strerror or error}"

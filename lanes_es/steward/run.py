@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from lanes_es.adapters.steward_lease import LeaseHolder, StewardLeases
+from lanes_es.adapters.processes import reap_abandoned_once
 from lanes_es.service import EXIT_OK, EXIT_REJECTED, LanesService, ServiceError
 from lanes_es.steward.confirmation import confirm_on_terminal
 from lanes_es.steward.attempts import AttemptLog, Record
@@ -42,6 +43,7 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
     """
     if not executor_argv:
         raise ServiceError("invalid_executor", "the Executor command is empty; pass --executor CMD")
+    reap_abandoned_once()  # the checks and trees an autopilot killed before this one left behind
     lanes = Path(lanes_dir).resolve()
     root = Path(service.root).resolve()
     if lanes == root or root in lanes.parents:
