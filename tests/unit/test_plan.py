@@ -90,6 +90,42 @@ def test_dependency_order_is_kahn_layers_sorted_by_task_id():
     assert transitive_blocked_by(tasks) == {"a": [], "b": ["a"], "c": ["a"], "d": ["a", "b", "c"], "e": []}
 
 
+def layered_order(tasks):
+    """The dependency order as first written: each layer found by scanning every remaining Task (quadratic)."""
+    remaining = {task["task_id"]: task for task in tasks}
+    placed, order = set(), []
+    while remaining:
+        layer = sorted(task_id for task_id, task in remaining.items() if all(b in placed for b in task["blocked_by"]))
+        if not layer:
+            raise InvalidPlan("acyclic")
+        order.extend(remaining.pop(task_id) for task_id in layer)
+        placed.update(layer)
+    return order
+
+
+@given(st.integers(min_value=0, max_value=10).flatmap(lambda count: st.lists(
+    st.tuples(st.sampled_from([f"t{i}" for i in range(max(count, 1))]),
+              st.lists(st.sampled_from([f"t{i}" for i in range(max(count, 1))] + ["unknown"]), max_size=3)),
+    max_size=count)))
+def test_dependency_order_equals_the_layered_scan(drawn):
+    tasks = [{"task_id": task_id, "blocked_by": blocked} for task_id, blocked in drawn]
+    try:
+        expected = [task["task_id"] for task in layered_order(tasks)]
+    except InvalidPlan:
+        with pytest.raises(InvalidPlan, match="acyclic"):
+            dependency_order(tasks)
+        return
+    assert [task["task_id"] for task in dependency_order(tasks)] == expected
+
+
+def test_a_chain_whose_blockers_would_pass_a_million_entries_is_refused_before_it_is_built():
+    tasks = [{"task_id": "t00000", "blocked_by": []}] + [
+        {"task_id": f"t{i:05d}", "blocked_by": [f"t{i - 1:05d}"]} for i in range(1, 1500)]
+    assert len(transitive_blocked_by(tasks[:1414])["t01413"]) == 1413  # 998,991 entries: planned
+    with pytest.raises(InvalidPlan, match="more than 1,000,000 transitive blockers"):
+        transitive_blocked_by(tasks)
+
+
 def test_a_cycle_is_refused():
     tasks = [{"task_id": "a", "blocked_by": ["b"]}, {"task_id": "b", "blocked_by": ["a"]}]
     with pytest.raises(InvalidPlan, match="^Initiative Task dependencies must form an acyclic graph$"):
