@@ -35,7 +35,7 @@ class UsageReader:
         """Take one output line; True when the usage changed."""
         try:
             item = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # an agent's line is any bytes it printed
             return False
         if not isinstance(item, dict):
             return False

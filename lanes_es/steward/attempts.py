@@ -116,7 +116,7 @@ def assignment_for(handoff: dict[str, Any], batch: LaneBatch, intent_text: str, 
     task_id, lane = handoff["task_id"], handoff["lane_path"]
     try:
         intent = json.loads(intent_text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes: no intent to show
         intent = {}
     return Assignment(task_id=task_id, lane=lane, branch=handoff.get("lane_branch") or "", attempt=attempt,
                       intent=intent if isinstance(intent, dict) else {}, findings=latest_findings(lane, task_id),
