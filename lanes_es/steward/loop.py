@@ -56,6 +56,7 @@ class Autopilot:
     round: str = ""  # the latest event about several Lanes at once (an integration round)
     report: dict[str, Any] | None = None  # the latest tick's report: the board between ticks
     lease: StewardLease | None = None  # this run's steward lease, confirmed before each round of moves
+    anchor_told: str = ""  # why the last checkpoint was not written, as already told
     attempts: AttemptLog | None = None  # records each Executor attempt in the batch's log
     attempts_settled: bool = False
 
@@ -72,6 +73,10 @@ class Autopilot:
             self.tell_news()
             for line in result.drift:
                 self.tell("drift_repaired", f"drift repaired: {line}", drift=line)
+            if result.anchor_problem and result.anchor_problem != self.anchor_told:  # once, not on every tick
+                self.anchor_told = result.anchor_problem
+                self.tell("checkpoint_not_written", f"checkpoint not written: {result.anchor_problem}",
+                          reason=result.anchor_problem)
             self.note_refusals(report)
             self.show(report)
             if report["batch_state"] != "running":

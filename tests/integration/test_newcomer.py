@@ -326,3 +326,14 @@ def test_a_confirmed_batch_not_yet_started_is_said_so_by_the_audit_commands(gree
     for command in (["replay"], ["verify"], ["export"], ["audit", "-o", str(greeter.parent / "a.html")]):
         refused(lanes(greeter, *command[:1], "greeting", *command[1:]), "batch_not_started",
                 "lanes-es tick greeting")
+
+
+@pytest.mark.usefixtures("store_url")
+def test_run_without_the_audit_extra_says_once_why_no_checkpoint_is_written(greeter: Path) -> None:
+    authored(greeter)
+    hide = "import sys\nsys.modules['cryptography'] = None"
+    out = lanes(greeter, "run", "greeting", "--max-parallel", "1", "--lanes-dir", "../lanes", "--executor",
+                "../executor", "--yes", "--poll", "0.2", prelude=hide)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("checkpoint not written: the `cryptography` package is not installed") == 1
+    assert "pip install 'lanes-es[audit]'" in out.stdout
