@@ -98,6 +98,7 @@ LONGEST_FIRST = ("integration/test_user_errors.py", "integration/test_world_move
                  "integration/test_steward_lease.py", "integration/test_observation.py",
                  "integration/test_user_permissions.py", "integration/test_integration_modes.py",
                  "integration/test_audit_must_show.py", "integration/test_anchored_audit.py",
+                 "integration/test_bounded_inputs.py",
                  "integration/test_cli_properties.py", "integration/test_delegated_revision.py",
                  "integration/test_resume.py", "integration/test_audit_demo.py")
 MCP_CLIENTS = ("integration/test_scenarios_rest.py", "integration/test_mcp_server.py", "integration/test_contention.py")

@@ -56,14 +56,18 @@ def test_json_arguments_nested_60000_deep_are_refused(repo, option, name):
     assert rows(repo) == before, batch_id
 
 
-@pytest.mark.parametrize("url, words", [
-    ("postgresql://[::1", ["invalid store URL", "Invalid IPv6 URL"]),
-    ("postgresql://user:secret@localhost:99999/db", ["invalid store URL", "Port out of range", "user:***@"]),
-    ("postgresql://user@localhost:abc/db", ["invalid store URL", "could not be cast to integer"]),
-    ("postgresql://postgres@127.0.0.1:5432/test?schema=a;b", ["invalid store URL", "schema 'a;b'"]),
-    ('postgresql://postgres@127.0.0.1:5432/test?schema=x"y', ["invalid store URL", "not a plain PostgreSQL name"]),
+STATUS, AUTHORIZE = ["status", SLUG], ["authorize", SLUG, "--yes", "--max-parallel", "1"]
+
+
+@pytest.mark.parametrize("url, words, command", [
+    ("postgresql://[::1", ["invalid store URL", "Invalid IPv6 URL"], STATUS),
+    ("postgresql://[::1", ["invalid store URL", "Invalid IPv6 URL"], AUTHORIZE),  # a writer checks the place first
+    ("postgresql://user:secret@localhost:99999/db", ["invalid store URL", "Port out of range", "user:***@"], AUTHORIZE),
+    ("postgresql://user@localhost:abc/db", ["invalid store URL", "could not be cast to integer"], STATUS),
+    ("postgresql://postgres@127.0.0.1:5432/test?schema=a;b", ["invalid store URL", "schema 'a;b'"], AUTHORIZE),
+    ('postgresql://postgres@127.0.0.1:5432/test?schema=x"y', ["invalid store URL", "not a plain PostgreSQL name"],
+     STATUS),
 ])
-@pytest.mark.parametrize("command", [["status", SLUG], ["authorize", SLUG, "--yes", "--max-parallel", "1"]])
 def test_a_store_url_that_cannot_be_read_is_refused_in_one_line(plain_repo, url, words, command):
     result = lanes(plain_repo, "--store", url, *command)
     line = refused(result, *words)

@@ -339,7 +339,7 @@ def plans(draw):
     return [child(name, draw(SCOPE), blocked_by=draw(blockers)) for name in names]
 
 
-@settings(max_examples=500)
+@settings(max_examples=200)
 @given(plans())
 def test_parallel_groups_equal_the_quadratic_projection(children):
     try:
