@@ -39,7 +39,8 @@ def read_local_initiative(root: str, slug: str) -> dict[str, Any]:
     relative = carrier_path(slug)
     if not has_local_initiative(root, slug):
         raise PortError(f"Local Initiative {relative} does not exist; write it first "
-                        f"(## <slice-id>: <title>, a 'Tasks:' list with one task, optional 'Blocked by:')")
+                        f"(## <slice-id>: <title>, a 'Tasks:' list with one task, optional 'Blocked by:'), or "
+                        f"`lanes-es initiative new {slug}` and `lanes-es initiative add-task {slug} TASK ...`")
     path = Path(root) / relative
     for parent in path.relative_to(root).parents:
         if parent != Path(".") and (Path(root) / parent).is_symlink():
@@ -55,4 +56,6 @@ def read_local_initiative(root: str, slug: str) -> dict[str, Any]:
     try:
         return parse_local_initiative(text, slug, relative)
     except ValueError as error:
-        raise PortError(str(error)) from None
+        empty = "declares no Slice" in str(error)  # upstream's text, and the way on
+        raise PortError(str(error) + (f"; add its tasks with `lanes-es initiative add-task {slug} TASK ...`"
+                                      if empty else "")) from None

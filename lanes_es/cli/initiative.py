@@ -121,7 +121,7 @@ def _add_task(args: argparse.Namespace) -> int:
                                f"choose another task id")
     if not 1 <= args.check_timeout <= 600:
         raise AuthoringRefused("invalid_check_timeout: --check-timeout is 1 to 600 seconds")
-    scope = [entry[2:] if entry.startswith("./") else entry for entry in args.scope]
+    scope = [(entry[2:] if entry.startswith("./") else entry).rstrip("/") or entry for entry in args.scope]
     text = initiative.read_text(encoding="utf-8")
     title = args.title or (args.goal.strip().splitlines() or [args.task])[0]
     try:

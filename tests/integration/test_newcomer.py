@@ -86,8 +86,13 @@ def test_a_task_that_cannot_be_written_is_refused_and_nothing_is_written(greeter
 def test_authoring_refusals_name_the_command_that_moves_on(greeter: Path) -> None:
     refused(lanes(greeter, "initiative", "add-task", "nope", "t1", "--goal", "g", "--scope", "a", "--check", "true"),
             "initiative_not_found", "lanes-es initiative new nope")
+    refused(lanes(greeter, "plan", "nope"), "does not exist", "lanes-es initiative new nope")
     ok(lanes(greeter, "initiative", "new", "greeting"))
     refused(lanes(greeter, "initiative", "new", "greeting"), "initiative_exists", "lanes-es initiative add-task")
+    refused(lanes(greeter, "plan", "greeting"), "declares no Slice", "lanes-es initiative add-task greeting")
+    out = ok(lanes(greeter, "initiative", "add-task", "greeting", "t1", "--goal", "g", "--scope", "greet.py/",
+                   "--check", "true"))
+    assert "note:" not in out  # a trailing slash names the same path
 
 
 # ---------------------------------------------------------------- a batch of one's own, and its dead ends
