@@ -32,7 +32,7 @@ from typing import Any
 import msgspec
 
 from lanes_es.adapters.store import StoreConflict, StoreError
-from lanes_es.adapters.store_open import privilege_refusal
+from lanes_es.adapters.store_open import outage_refusal, privilege_refusal
 from lanes_es.domain.inputs import (
     InvalidInput, parse_final_verification, parse_lane_instruction, parse_lane_offers, parse_lane_revision,
     parse_max_parallel, resolve_lane_parallel,
@@ -406,7 +406,8 @@ class McpBatchServer:
             outcome = refusal("refused", str(error), "Settle the reason given, then call {tool} again.".format(
                 tool=name))
         except Exception as error:  # noqa: BLE001 - the host gets what happened instead of a dropped call
-            refused = privilege_refusal(error)  # a PostgreSQL role without the grants the call needs
+            # a PostgreSQL role without the grants the call needs, or a server that ended the connection
+            refused = privilege_refusal(error) or outage_refusal(error)
             outcome = (refusal("store_unavailable", str(refused), STORE_RECOVERY.format(tool=name)) if refused
                        else refusal("internal_error", f"{type(error).__name__}: {error}",
                                     "Report this; the log keeps every step already taken, so calling again is safe."))

@@ -14,10 +14,13 @@ import sys
 from typing import Any, Callable, Iterator
 
 import msgspec
-from eventsourcing.persistence import StoredEvent
-from eventsourcing.utils import resolve_topic
+from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
+from eventsourcing.utils import resolve_topic, retry
 
 PAGE = 2000
+# A read whose connection the server ended is tried again on a new one, as eventsourcing's own reads are
+# (ten attempts, 0.2 s apart); when the server does not answer, the store stops it as an outage at once.
+RETRIED = retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
 
 # A page of a log: its rows after a version, oldest first, as (version, topic, state).
 SelectPage = Callable[[str, int, int], list[Any]]
@@ -86,6 +89,7 @@ def _postgres_page(recorder: Any) -> SelectPage:
                     "WHERE originator_id = %s AND originator_version > %s ORDER BY originator_version LIMIT %s").format(
         schema=Identifier(recorder.datastore.schema), table=Identifier(recorder.events_table_name))
 
+    @RETRIED
     def select(aggregate_id: str, after: int, limit: int) -> list[Any]:
         with recorder.datastore.get_connection() as connection, connection.cursor(row_factory=tuple_row) as cursor:
             cursor.execute(statement, (aggregate_id, after, limit), prepare=True)

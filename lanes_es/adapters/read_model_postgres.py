@@ -14,6 +14,7 @@ from eventsourcing.postgres import PostgresTrackingRecorder
 
 from lanes_es.domain.batch_summary import BatchSummary
 
+from .log_reader import RETRIED
 from .read_model import _COLUMNS, APPLICATION, GAP_LOCK_SECONDS, GapPending, _BatchesView
 
 
@@ -52,6 +53,7 @@ class PostgresBatchesView(_BatchesView, PostgresTrackingRecorder):
             "batch_state = EXCLUDED.batch_state, children = EXCLUDED.children, "
             "last_event_at = EXCLUDED.last_event_at, version = EXCLUDED.version").format(self._table), self._row(line))
 
+    @RETRIED
     def _select_all(self) -> list[Any]:
         from psycopg.sql import SQL
 
@@ -59,6 +61,7 @@ class PostgresBatchesView(_BatchesView, PostgresTrackingRecorder):
             cursor.execute(SQL(f"SELECT {_COLUMNS} FROM {{0}}").format(self._table))
             return cursor.fetchall()
 
+    @RETRIED
     def exists(self) -> bool:
         """Whether the view's tables were made (a read that must not make them asks first)."""
         with self.datastore.transaction(commit=False) as cursor:
@@ -92,6 +95,7 @@ class PostgresBatchesView(_BatchesView, PostgresTrackingRecorder):
             arrived = self._range(after, before)
         return arrived
 
+    @RETRIED
     def _range(self, after: int, before: int) -> list[Notification]:
         from psycopg.sql import SQL
 

@@ -20,11 +20,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 from urllib.parse import urlparse
 
 from lanes_es.adapters.processes import process_alive
 from lanes_es.adapters.store import store_env
+from lanes_es.adapters.store_open import outage_refusal
 
 TABLE = "lanes_es_steward_leases"
 COLUMNS = "scope, token, pid, host, since, expires"
@@ -188,13 +190,23 @@ class _PostgresBackend(_Backend):
     def _q(self, text: str) -> Any:
         return self.sql.SQL(text).format(self.table)
 
-    def _connect(self) -> Any:
+    @contextmanager
+    def _connect(self) -> Iterator[Any]:
+        """A connection for one decision; a server that ended it or does not answer is a `StoreOutage` (the
+        autopilot waits for the store to come back)."""
         import psycopg
 
         env = self.env
-        return psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
-                               password=env["POSTGRES_PASSWORD"] or None, dbname=env["POSTGRES_DBNAME"],
-                               autocommit=True, connect_timeout=10)
+        try:
+            with psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
+                                 password=env["POSTGRES_PASSWORD"] or None, dbname=env["POSTGRES_DBNAME"],
+                                 autocommit=True, connect_timeout=10) as connection:
+                yield connection
+        except psycopg.Error as error:
+            outage = outage_refusal(error)
+            if outage is None:
+                raise
+            raise outage from None
 
     def _exclusively(self, scope: str, decide: Callable[[LeaseHolder | None, float], LeaseHolder | None],
                      me: LeaseHolder, seconds: float) -> LeaseHolder | None:

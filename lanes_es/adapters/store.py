@@ -36,9 +36,9 @@ from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.jstext import parse_json
 from lanes_es.domain.initiative import Initiative, initiative_id, slug_of
-from lanes_es.adapters.store_open import (CONNECT_TIMEOUT, VERIFY_HINT, full_disk, missing_schema,
-                                         parsed_store_url, privilege_refusal, probe_postgres, shown_url, sqlite_database,
-                                         store_failure)
+from lanes_es.adapters.store_open import (CONNECT_TIMEOUT, VERIFY_HINT, full_disk, lost_connection, missing_schema,
+                                         outage_refusal, parsed_store_url, privilege_refusal, probe_postgres,
+                                         shown_url, sqlite_database, store_failure)
 from lanes_es.errors import Refusal
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
@@ -66,6 +66,18 @@ class BatchLockHeld(StoreConflict):
         self.name = name
         self.holder = holder
         super().__init__(f"the batch lock of {name} is held by {describe_holder(holder)}")
+
+
+class StoreOutage(StoreError):
+    """The PostgreSQL server ended the connection and does not answer a new one (or the command could not
+    reconnect): an outage of the store, not damage to its log. Nothing more was written; the message names
+    the server and says to run the command again once it is back (the autopilot waits for it).
+    `store` is the store's URL as shown, `reason` the driver's words."""
+
+    def __init__(self, message: str, store: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.store = store
+        self.reason = reason
 
 
 class StoreBusy(StoreError):
@@ -219,7 +231,8 @@ def store_env(url: str, read_only: bool = False) -> dict[str, str]:
     parsed = parsed_store_url(url)
     if parsed.scheme in ("postgresql", "postgres"):
         env.update({
-            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            # eventsourcing's PostgreSQL persistence, whose retries stop when the server does not answer
+            "PERSISTENCE_MODULE": "lanes_es.adapters.store_postgres:PostgresStoreFactory",
             "POSTGRES_DBNAME": unquote(parsed.path.lstrip("/")) or "postgres",
             "POSTGRES_HOST": parsed.hostname or "127.0.0.1",
             "POSTGRES_PORT": str(parsed.port or 5432),
@@ -279,7 +292,7 @@ class EventStore:
         # reads an empty one in memory): what would write there (the read model) must fold in memory.
         self.writable = not read_only or _opened_for_writing(env)
         has_log, postgres_env = True, env
-        postgres = env["PERSISTENCE_MODULE"] == "eventsourcing.postgres"
+        postgres = is_postgres_url(url)
         if postgres:
             has_log, may_create = probe_postgres(url, env, f"{LanesApplication.name.lower()}_events",
                                                  writes=not read_only)
@@ -319,18 +332,14 @@ class EventStore:
         """eventsourcing (re)creates its tables, types and insert function whenever a store opens; on
         PostgreSQL two processes doing so at once fail ("tuple concurrently updated"), so coordinators
         started together open the store one after another (a short advisory lock per schema)."""
-        import psycopg
-
         env = store_env(self.url)
-        with psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
-                             password=env["POSTGRES_PASSWORD"] or None, dbname=env["POSTGRES_DBNAME"],
-                             autocommit=True, connect_timeout=5) as connection:
+        with _lock_connection(env) as connection:
             key = _lock_key(env, "store-setup")
             connection.execute("SELECT pg_advisory_lock(%s)", (key,))
             try:
                 yield
             finally:
-                connection.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                _unlock(connection, key)
 
     def close(self) -> None:
         self.app.close()
@@ -350,6 +359,9 @@ class EventStore:
             full = full_disk(self.url, error)
             if full is not None:
                 raise StoreError(f"the event store {self.url} cannot grow: {full}") from error
+            lost = outage_refusal(error)
+            if lost is not None:  # the append's commit may or may not have landed: the next command reads the log
+                raise lost from None
             if "locked" not in str(error) and "busy" not in str(error):
                 raise
             raise StoreBusy(f"the store {self.url} stayed locked by other writers for {sqlite_busy_seconds()} s "
@@ -394,8 +406,8 @@ class EventStore:
         except StoreError:
             raise
         except Exception as error:  # a gap or a reordered row breaks the fold anywhere: name it, point at verify
-            refused = privilege_refusal(error)
-            if refused is not None:  # not damage: the role may not read the log
+            refused = privilege_refusal(error) or outage_refusal(error)
+            if refused is not None:  # not damage: the role may not read the log, or the server is gone
                 raise refused from None
             hint = f"lanes-es verify {aggregate_id}" if aggregate_id.startswith("batch-") else "lanes-es verify BATCH_ID"
             raise StoreError(f"the event store's log of {aggregate_id} cannot be replayed ({type(error).__name__}"
@@ -473,21 +485,43 @@ class EventStore:
 
     @contextmanager
     def _database_lock(self, name: str, wait: float) -> Iterator[None]:
-        import psycopg
-
         env = store_env(self.url)
         # The key names the database and schema too: two stores on one server never share a lock.
         key = _lock_key(env, name)
-        me = this_holder()
-        with psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
-                             password=env["POSTGRES_PASSWORD"] or None, dbname=env["POSTGRES_DBNAME"],
-                             application_name=_application_name(me), autocommit=True) as connection:
+        with _lock_connection(env, application_name=_application_name(this_holder())) as connection:
             _poll(lambda: connection.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0], wait,
                   lambda: BatchLockHeld(name, _advisory_holder(connection, key)))
             try:
                 yield
             finally:
-                connection.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                _unlock(connection, key)
+
+
+def _lock_connection(env: dict[str, str], **options: Any) -> Any:
+    """A connection of its own for an advisory lock, which lives as long as its session; a server that does
+    not answer is a `StoreOutage`."""
+    import psycopg
+
+    try:
+        return psycopg.connect(host=env["POSTGRES_HOST"], port=env["POSTGRES_PORT"], user=env["POSTGRES_USER"],
+                               password=env["POSTGRES_PASSWORD"] or None, dbname=env["POSTGRES_DBNAME"],
+                               autocommit=True, connect_timeout=CONNECT_TIMEOUT, **options)
+    except psycopg.Error as error:
+        outage = outage_refusal(error)
+        if outage is None:
+            raise
+        raise outage from None
+
+
+def _unlock(connection: Any, key: int) -> None:
+    """Give an advisory lock back. A session the server ended (`pg_terminate_backend`, a restart) already
+    gave it back with the session: nothing to do then (what was appended meanwhile was fenced by the
+    store's expected versions)."""
+    try:
+        connection.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    except Exception as error:  # noqa: BLE001 - only a lost session is let go
+        if lost_connection(error) is None:
+            raise
 
 
 def _lock_key(env: dict[str, str], name: str) -> int:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import quote
 
 CONNECT_TIMEOUT = 5  # seconds: a store that does not answer fails fast, not after the driver's 30 s
@@ -21,10 +22,11 @@ POSTGRES_EXTRA = "pip install 'lanes-es[postgres]' (from a checkout: pip install
 VERIFY_HINT = "`lanes-es verify BATCH_ID` lists what is damaged"
 
 
-def store_failure(url: str, cause: str, read_only: bool = False) -> Exception:
-    from lanes_es.adapters.store import StoreError, StoreReadOnly
+def store_failure(url: str, cause: str, read_only: bool = False, outage: bool = False) -> Exception:
+    from lanes_es.adapters.store import StoreError, StoreOutage, StoreReadOnly
 
-    return (StoreReadOnly if read_only else StoreError)(f"the event store {shown_url(url)} {cause}")
+    kind = StoreOutage if outage else StoreReadOnly if read_only else StoreError
+    return kind(f"the event store {shown_url(url)} {cause}")
 
 
 def shown_url(url: str) -> str:
@@ -211,7 +213,8 @@ def probe_postgres(url: str, env: dict[str, str], log_table: str, writes: bool) 
                                      user=env["POSTGRES_USER"], password=env["POSTGRES_PASSWORD"] or None,
                                      dbname=env["POSTGRES_DBNAME"], connect_timeout=CONNECT_TIMEOUT)
     except psycopg.Error as error:
-        raise store_failure(url, postgres_cause(str(error), env, writes)) from None
+        raise store_failure(url, postgres_cause(str(error), env, writes),
+                            outage=lost_connection(error) is not None) from None
     try:
         name = '"{0}"."{1}"'.format(env["POSTGRES_SCHEMA"].replace('"', '""'), log_table)
         row = connection.execute(_PROBE, {"log": name, "schema": env["POSTGRES_SCHEMA"]}).fetchone()
@@ -304,14 +307,92 @@ def missing_schema(error: BaseException) -> bool:
 
 
 def _driver_error(error: BaseException, sqlstate: str) -> BaseException | None:
+    return next((cause for cause in _chain(error) if getattr(cause, "sqlstate", None) == sqlstate), None)
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """`error` and what caused it, outermost first (eventsourcing wraps psycopg's errors in its own)."""
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
-        if getattr(cause, "sqlstate", None) == sqlstate:
-            return cause
+        yield cause
         cause = cause.__cause__ or cause.__context__
+
+
+# ---------------------------------------------------------------- outages
+
+# A connection the server ended or could not give: connection_exception (SQLSTATE class 08), admin_shutdown
+# (pg_terminate_backend, a fast shutdown), crash_shutdown, cannot_connect_now (starting or stopping). A driver
+# error without a SQLSTATE is the client's own: a refused or dropped connection, a pool that got none in time.
+_LOST_CONNECTION_STATES = ("57P01", "57P02", "57P03")
+
+
+def lost_connection(error: BaseException) -> BaseException | None:
+    """The PostgreSQL driver's error in `error`'s chain when it says the connection was lost or never made
+    (not a lock timeout, a cancelled query or a refused privilege, which have SQLSTATEs of their own)."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None:  # never imported: no PostgreSQL store in this process
+        return None
+    for cause in _chain(error):
+        if isinstance(cause, (psycopg.OperationalError, psycopg.InterfaceError)):
+            state = getattr(cause, "sqlstate", None)
+            if state is None or state.startswith("08") or state in _LOST_CONNECTION_STATES:
+                return cause
     return None
+
+
+def server_silence(connection_kwargs: dict[str, Any]) -> str | None:
+    """None when the PostgreSQL server of `connection_kwargs` answers a new connection now (within
+    CONNECT_TIMEOUT), else the driver's words for why it does not."""
+    import psycopg
+
+    options = {key: value for key, value in connection_kwargs.items() if key != "row_factory"}
+    try:
+        psycopg.connect(**{**options, "connect_timeout": CONNECT_TIMEOUT, "autocommit": True}).close()
+    except psycopg.Error as error:
+        return _driver_words(error)
+    return None
+
+
+def outage_refusal(error: BaseException, silence: str | None = None) -> Exception | None:
+    """A lost or refused connection to this process's PostgreSQL store, as a `StoreOutage` naming the store and
+    the way on; None for any other error. `silence`: the server was asked again and did not answer (why)."""
+    lost = lost_connection(error)
+    if lost is None or not _OPENED_POSTGRES:
+        return None
+    from lanes_es.adapters.store import StoreOutage
+
+    url, env, _ = _OPENED_POSTGRES[-1]
+    if silence is None:
+        silence = server_silence(_connection_kwargs(env))
+    words = _driver_words(lost)
+    return StoreOutage(f"the event store {shown_url(url)} {outage_cause(words, env, silence)}", store=shown_url(url),
+                       reason=silence or words)
+
+
+def outage_cause(words: str, env: dict[str, Any], silence: str | None) -> str:
+    """What a lost connection means, by whether the server answers a new one (`silence` None) or not."""
+    where = f"{env['POSTGRES_HOST']}:{env['POSTGRES_PORT']}"
+    if silence is None:
+        return (f"lost its connection to the PostgreSQL server at {where} ({words}); the server answers again, the "
+                f"log keeps every step already taken and nothing more was written: run the command again")
+    return (f"does not answer at {where} ({silence}): the PostgreSQL server is down or unreachable, an outage of "
+            f"the store, not damage to its log; the log keeps every step already taken and nothing more was "
+            f"written: run the command again once the server is back")
+
+
+def _connection_kwargs(env: dict[str, Any]) -> dict[str, Any]:
+    return {"host": env["POSTGRES_HOST"], "port": env["POSTGRES_PORT"], "user": env["POSTGRES_USER"],
+            "password": env["POSTGRES_PASSWORD"] or None, "dbname": env["POSTGRES_DBNAME"]}
+
+
+def _driver_words(error: BaseException) -> str:
+    """The driver's reason in short: "connection failed: connection to server at ..., port ... failed: Connection
+    refused" -> "Connection refused" (the message names the server already)."""
+    text = str(error).strip()
+    first = text.splitlines()[0] if text else ""
+    return first.rsplit(": ", 1)[-1] or type(error).__name__
 
 
 # ---------------------------------------------------------------- the repository's id

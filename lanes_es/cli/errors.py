@@ -2,7 +2,8 @@
 
 What a user can cause and fix is a `Refusal` (exit 2) or a file-system condition named by its
 path (a full disk, a read-only directory, a missing file: exit 2), or a PostgreSQL role without the grants
-the command needs (exit 2, naming the store and what to grant); a closed output pipe ends
+the command needs (exit 2, naming the store and what to grant), or a PostgreSQL server that ended the
+connection or does not answer (exit 2, an outage naming the server); a closed output pipe ends
 quietly (141, as git); Ctrl-C is 130; anything else is an internal error (70), said as such.
 """
 
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 from lanes_es.adapters.processes import groups_ended_on_interrupt
-from lanes_es.adapters.store_open import privilege_refusal
+from lanes_es.adapters.store_open import outage_refusal, privilege_refusal
 from lanes_es.errors import Refusal
 from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, EXIT_REFUSED
 
@@ -60,7 +61,8 @@ def run_guarded(command: Callable[[], Any], prefix: str = "lanes-es") -> int:
             return _say(line, EXIT_REFUSED)
         return _internal(prefix, error)
     except Exception as error:  # noqa: BLE001 - the last line of defence says what happened
-        refused = privilege_refusal(error)  # a PostgreSQL role without the grants a command needs
+        # a PostgreSQL role without the grants a command needs, or a server that ended the connection
+        refused = privilege_refusal(error) or outage_refusal(error)
         if refused is not None:
             return _say(f"{prefix}: {refused}", EXIT_REFUSED)
         return _internal(prefix, error)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Callable
 
-from lanes_es.adapters.store import StoreConflict
+from lanes_es.adapters.store import StoreConflict, StoreOutage
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.executors.attempt import AttemptResult
@@ -36,8 +36,12 @@ class AttemptLog:
 
     def start(self, batch_id: str, handoff: dict[str, Any], intent_text: str,
               limits: ev.AttemptLimits | None = None) -> Running | None:
-        """Record the attempt, then start it; None when the batch is busy (nothing started, nothing written)."""
-        batch = self.load(batch_id)
+        """Record the attempt, then start it; None when the batch is busy or the store out (nothing started,
+        nothing written: a later round starts it)."""
+        try:
+            batch = self.load(batch_id)
+        except StoreOutage:
+            return None
         if batch is None:
             return None
         task_id = handoff["task_id"]
@@ -48,7 +52,7 @@ class AttemptLog:
             self.record(batch_id, lambda live, now: live.start_executor_run(
                 now, task_id, attempt, launch.adapter, launch.recorded_argv, launch.obligation,
                 launch.prompt_sha256, launch.limits))
-        except StoreConflict:
+        except (StoreConflict, StoreOutage):
             return None
         try:
             return self.executors.launch(launch)
@@ -66,12 +70,13 @@ class AttemptLog:
         self.flush()
 
     def flush(self) -> None:
-        """Record every end not yet recorded, in order; a busy batch keeps the rest for a later round."""
+        """Record every end not yet recorded, in order; a busy batch or a store outage keeps the rest for a later
+        round."""
         while self.unrecorded:
             batch_id, task_id, attempt, result = self.unrecorded[0]
             try:
                 self.record(batch_id, lambda live, now: record_end(live, now, task_id, attempt, result))
-            except StoreConflict:
+            except (StoreConflict, StoreOutage):
                 return
             self.unrecorded.pop(0)
 

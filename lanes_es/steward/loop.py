@@ -11,13 +11,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import msgspec
 
 from lanes_es.adapters.batch_git import MAX_INTENT_BYTES
 from lanes_es.adapters.files import read_capped_text
-from lanes_es.adapters.store import StoreConflict
+from lanes_es.adapters.store import StoreConflict, StoreOutage
 from lanes_es.domain.record import IN_FLIGHT
 from lanes_es.ports import GitFailure
 from lanes_es.service import LanesService, TickResult
@@ -32,6 +32,7 @@ from lanes_es.tick_input import LaneOfferInput
 
 # While a tick runs, its new events are read this often (a long integration round tells its candidates).
 WATCH_SECONDS = 0.5
+T = TypeVar("T")
 
 
 @dataclass
@@ -70,7 +71,7 @@ class Autopilot:
             self.settle_attempts(report)
             if self.feed is not None:
                 self.feed.follow(result.batch_id)
-            self.tell_news()
+            self.through_outages(self.tell_news)
             for line in result.drift:
                 self.tell("drift_repaired", f"drift repaired: {line}", drift=line)
             if result.anchor_problem and result.anchor_problem != self.anchor_told:  # once, not on every tick
@@ -108,30 +109,55 @@ class Autopilot:
 
     def confirm_lease(self) -> None:
         if self.lease is not None:
-            self.lease.confirm()
+            self.through_outages(self.lease.confirm)
 
     def follow_current_batch(self) -> None:
         """Follow the batch this run goes on with, from its newest event: a resumed run tells only what is new."""
-        initiative = self.service.initiative(self.slug)
+        initiative = self.through_outages(lambda: self.service.initiative(self.slug))
         if self.feed is None or initiative is None or initiative.current is None:
             return
         batch_id = initiative.current.batch_id
-        batch = self.service.store.batch(batch_id)
+        batch = self.through_outages(lambda: self.service.store.batch(batch_id))
         already = batch.version if batch is not None else 0
         self.feed.follow(batch_id, after=already)
         if already:
             self.progress.tell(note_item(f"going on with batch {batch_id}: its log holds {already} events already "
                                          f"(`lanes-es replay {batch_id}` shows them); new ones follow"))
 
+    def through_outages(self, action: Callable[[], T]) -> T:
+        """`action`, tried again every `poll` seconds while the store is out (a PostgreSQL server down or
+        unreachable), as long as it takes: said once when it goes, and once when it is back. The
+        Executors keep working meanwhile; the log and git keep every step, so nothing is lost either way."""
+        began: float | None = None
+        while True:
+            try:
+                result = action()
+            except StoreOutage as outage:
+                if began is None:
+                    began = self.clock()
+                    self.tell("store_outage", f"store outage: the event store {outage.store} does not answer "
+                                              f"({outage.reason}); waiting for it, trying again every {self.poll:g}s "
+                                              f"(the Executors keep working; Ctrl-C stops the run, and the same "
+                                              f"command goes on later)", store=outage.store, reason=outage.reason)
+                self.sleep(self.poll)
+                continue
+            if began is not None:
+                waited = self.clock() - began
+                self.tell("store_back", f"the event store answers again after {waited:.0f}s; going on",
+                          seconds=round(waited, 1))
+            return result
+
     # ------------------------------------------------------------ one tick
 
     def tick(self, offers: list[LaneOfferInput]) -> TickResult:
-        """One tick; while another tick holds the batch (busy), tick again shortly, as often as it takes."""
+        """One tick; while another tick holds the batch (busy), tick again shortly, as often as it takes;
+        through a store outage, once the store is back (a tick the outage cut short wrote what it saved)."""
         told = False
         while True:
             try:
                 with self.watching():
-                    result = self.service.tick(self.slug, max_parallel=self.max_parallel, offers=offers)
+                    result = self.through_outages(lambda: self.service.tick(self.slug, max_parallel=self.max_parallel,
+                                                                            offers=offers))
                 if result.report.get("outcome") != "busy":
                     return result
                 why = str(result.report.get("reason") or "another tick holds the batch")
@@ -249,7 +275,7 @@ class Autopilot:
 
     def intent_text(self, handoff: dict[str, Any]) -> str:
         """The task's TaskIntent as its Lane holds it, at the path the plan recorded."""
-        initiative = self.service.initiative(self.slug)
+        initiative = self.through_outages(lambda: self.service.initiative(self.slug))
         children = initiative.current.children if initiative and initiative.current else []
         relative = next((c.intent_path for c in children if c.task_id == handoff["task_id"] and c.intent_path),
                         f"docs/plans/{handoff['task_id']}.intent.json")

@@ -24,6 +24,7 @@ import pytest
 
 from lanes_es.exit_codes import EXIT_OK, EXIT_REFUSED
 from lanes_es.cli.demo import make_repository
+from tests.system_user import ensure_system_user
 
 PROJECT = str(Path(__file__).resolve().parents[2])
 USER = "lanes-es-i11"
@@ -70,13 +71,7 @@ def _runnable_python(home: Path) -> str | None:
 def as_user() -> Iterator[AsUser]:
     if os.geteuid() != 0:
         pytest.skip("making a non-root test user needs root; run as root, or these cases stay untested")
-    if shutil.which("useradd") is None or shutil.which("runuser") is None:
-        pytest.skip("needs useradd and runuser (util-linux) to run lanes-es as a non-root user")
-    if subprocess.run(["id", "-u", USER], capture_output=True).returncode != 0:
-        made = subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
-                               "--shell", "/usr/sbin/nologin", USER], capture_output=True, text=True)
-        if made.returncode not in (0, 9):  # 9: made meanwhile by another worker
-            pytest.skip(f"cannot make the test user {USER}: {made.stderr.strip()}")
+    ensure_system_user(USER)
     home = Path(tempfile.mkdtemp(prefix="lanes-es-perm-"))
     home.chmod(0o755)
     shutil.chown(home, USER, USER)
