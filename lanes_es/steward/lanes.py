@@ -8,10 +8,13 @@ only, and removed only when git itself agrees it is clean.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from lanes_es.adapters.git import git, git_ok
+from lanes_es.ports import GitFailure
 
 
 class StewardRefusal(Exception):
@@ -29,9 +32,28 @@ class Worktree:
     branch: str | None  # refs/heads/..., None when detached
 
 
-def list_worktrees(root: str) -> dict[str, Worktree]:
-    """Every worktree of the repository, by real path, from one `git worktree list --porcelain -z`."""
-    fields = git(root, "worktree", "list", "--porcelain", "-z").stdout.decode("utf-8", "replace").split("\0")
+# git reads each worktree's `commondir` file as it lists them, and dies ("failed to read .../commondir") on one
+# that is there but empty: a `git worktree add` or `remove` of another coordinator of the repository caught
+# half-way. The list is read again, these many seconds apart, before that is a failure.
+LIST_PAUSES = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+def list_worktrees(root: str, sleep: Callable[[float], None] = time.sleep) -> dict[str, Worktree]:
+    """Every worktree of the repository, by real path, from one `git worktree list --porcelain -z` (or a few,
+    while another git command is adding or removing one); GitFailure saying what to do when it stays unreadable."""
+    listed = git_ok(root, "worktree", "list", "--porcelain", "-z")
+    for pause in LIST_PAUSES:
+        if listed.exit_code == 0 or "failed to read" not in listed.error_text:
+            break
+        sleep(pause)
+        listed = git_ok(root, "worktree", "list", "--porcelain", "-z")
+    if listed.exit_code != 0:
+        hint = (f"; another git command kept adding or removing a worktree of this repository for "
+                f"{sum(LIST_PAUSES):g} s, or one stopped half-way and left that file empty: once no other git "
+                f"command runs, remove the directory holding it (a worktree's entry under .git/worktrees/, not the "
+                f"worktree's own files) and run again" if "failed to read" in listed.error_text else "")
+        raise GitFailure(f"git worktree list failed ({listed.exit_code}): {listed.error_text}{hint}")
+    fields = listed.stdout.decode("utf-8", "replace").split("\0")
     found: dict[str, Worktree] = {}
     block: dict[str, str] = {}
     for item in fields + [""]:
@@ -133,7 +155,10 @@ class Steward:
         """
         if not os.path.lexists(path):
             return None
-        existing = self.worktrees().get(os.path.realpath(path))
+        try:
+            existing = self.worktrees().get(os.path.realpath(path))
+        except GitFailure as error:  # kept, with git's words: its removal waits for a readable list
+            return str(error)
         if existing is None:
             return "it is not a worktree of this repository any more"
         if existing.branch != f"refs/heads/{lane_branch}":

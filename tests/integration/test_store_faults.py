@@ -4,7 +4,9 @@
   the connections are made again and the tick goes on;
 - the server goes down in the middle of a tick: exit 2 naming the server as an outage (never as a
   damaged log), and the next tick, once it is back, goes on from the log;
-- the server goes down under the autopilot: it says so, waits for it, and goes on when it is back.
+- the server goes down under the autopilot: it says so, waits for it, and goes on when it is back;
+- another git command leaves a worktree's `commondir` empty while the autopilot lists the worktrees:
+  listed again, and when it stays so, the Lane is kept with the reason (never exit 70).
 
 The PostgreSQL faults run on a cluster this module starts on a port of its own (tests/pg_cluster.py),
 never on the machine's shared server.
@@ -167,3 +169,61 @@ def test_the_autopilot_rides_out_a_store_outage_and_goes_on_when_it_is_back(stor
     assert told.index("store outage") < told.index("answers again") < told.rindex("completed")
     assert ran.stderr == "", ran.stderr
 
+
+HALF_MADE_EXECUTOR = """\
+import os, pathlib, subprocess, sys
+lane, root = os.environ["LANES_ES_LANE_PATH"], os.environ["LANES_ES_ROOT"]
+pathlib.Path(lane, "a.txt").write_text("a\\n")
+subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "task", "submit"], cwd=lane, check=True)
+# another coordinator's `git worktree add` caught half-way: its entry is there, its commondir still empty
+entry = pathlib.Path(root, ".git", "worktrees", "half-made")
+entry.mkdir(parents=True)
+(entry / "gitdir").write_text(os.path.join(os.path.dirname(lane), "half-made", ".git") + "\\n")
+(entry / "commondir").write_text("")
+"""
+
+
+def half_made_run(tmp_path: Path) -> tuple[str, list[str]]:
+    repo = one_task_repo(tmp_path / "repo", requires_file("a.txt"))
+    script = tmp_path / "executor.py"
+    script.write_text(HALF_MADE_EXECUTOR)
+    return repo, ["--root", repo, "run", SLUG, "--max-parallel", "1", "--lanes-dir", str(tmp_path / "lanes"), "--yes",
+                  "--executor", f"{sys.executable} {script}"]
+
+
+def test_a_worktree_list_that_stays_unreadable_keeps_the_lane_with_the_reason(store_url, tmp_path):
+    repo, argv = half_made_run(tmp_path)
+
+    ran = lanes(repo, *argv)
+
+    assert ran.returncode == EXIT_OK, (ran.stdout, ran.stderr)  # the batch completed; the Lane is kept
+    assert "internal error" not in ran.stderr and ran.stderr == "", ran.stderr
+    kept = next(line for line in ran.stdout.splitlines() if "kept the Lane of task-a" in line)
+    assert "git worktree list failed" in kept and "half-made/commondir" in kept, kept
+    assert "remove the directory holding it" in kept, kept
+    assert (tmp_path / "lanes" / "task-a").is_dir()  # never removed on an unreadable list
+
+
+def test_a_worktree_entry_another_git_command_is_writing_is_listed_again(store_url, tmp_path, capsys, monkeypatch):
+    """The other coordinator's `git worktree add` finishes its entry right after the first list failed."""
+    from lanes_es.adapters.git import SPAWN_OBSERVERS
+    from lanes_es.cli.main import main
+
+    repo, argv = half_made_run(tmp_path)
+    commondir = Path(repo, ".git", "worktrees", "half-made", "commondir")
+    lists: list[str] = []
+
+    def finish_the_entry(args: tuple[str, ...]) -> None:
+        if args[:2] == ("worktree", "list"):
+            lists.append(commondir.read_text() if commondir.exists() else "absent")
+            if commondir.exists() and not commondir.read_text():
+                commondir.write_text("../..\n")
+
+    monkeypatch.setenv("PYTHONPATH", PROJECT)
+    monkeypatch.setattr("lanes_es.adapters.git.SPAWN_OBSERVERS", [*SPAWN_OBSERVERS, finish_the_entry])
+    code = main(argv)
+
+    told = capsys.readouterr().out
+    assert code == EXIT_OK, told
+    assert "" in lists and "steward: released the Lane of task-a" in told, (lists, told)
+    assert not (tmp_path / "lanes" / "task-a").exists()
