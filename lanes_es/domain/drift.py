@@ -1,17 +1,19 @@
 """Has the world moved under a running batch since its confirmation? (pure: decided from facts)
 
 A batch runs only on what its literal user confirmed: the plan (children, their order and
-dependencies, and each intent's identity, bound by the plan digest), the batch branch and the
-head the batch expects it at. upstream re-derives them on every resume and reuses the
-authorization only while none moved (docs/upstream.md#authorization-reuse-and-the-tool-surface, reuse blockers
-`batch_plan_digest_changed`, `batch_branch_changed`, `batch_head_lineage_moved`); anything else
-needs a fresh confirmation. Every tick of lanes-es asks the same question before it moves any
-child, from facts its adapters read (lanes_es/adapters/plan_observer.py and the coordinator
-status), and stops the batch with the first blocker that holds.
+dependencies, and each intent's identity, bound by the plan digest) and the batch branch.
+upstream re-derives them on every resume and reuses the authorization only while none moved
+(docs/upstream.md#authorization-reuse-and-the-tool-surface, reuse blockers
+`batch_plan_digest_changed`, `batch_branch_changed`); anything else needs a fresh confirmation. Every tick of lanes-es asks
+the same question before it moves any child, from facts its adapters read
+(lanes_es/adapters/plan_observer.py and the coordinator status), and stops the batch with the
+first blocker that holds.
 
-A head that moved off the expected one without descending from it is not decided here: the
-lineage check fails the batch (`batch_head_lineage_broken`), which is where upstream's
-fresh confirmation of such a head ends too.
+The head is not decided here. A fast-forward of the batch branch (a user's commit on it) blocks
+nothing: the lineage check adopts it in the same tick (`adopted_heads`), as upstream does. A head
+that moved without descending from the expected one is upstream's last reuse blocker,
+`batch_head_lineage_moved`; its fresh confirmation ends in the runtime's lineage check, which
+fails the batch (`batch_head_lineage_broken`), and that check fails it here directly.
 
 The repository is lanes-es's own blocker (upstream runs in the one checkout it was called in):
 a store shared by several checkouts can be ticked from one the confirmation was not given in.
@@ -28,12 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lanes_es.domain.record import expected_batch_head
 from lanes_es.domain.repository import RepositoryIdentity
 
 PLAN_DIGEST_CHANGED = "batch_plan_digest_changed"
 BRANCH_CHANGED = "batch_branch_changed"
-HEAD_LINEAGE_MOVED = "batch_head_lineage_moved"
 REPOSITORY_CHANGED = "batch_repository_changed"  # lanes-es's own; upstream has no such blocker
 
 
@@ -43,23 +43,18 @@ class Covered:
 
     plan_digest: str
     branch: str
-    expected_head: str
 
     @classmethod
     def of(cls, record: dict[str, Any]) -> "Covered":
-        return cls(plan_digest=record["plan_digest"], branch=record["branch"],
-                   expected_head=expected_batch_head(record))
+        return cls(plan_digest=record["plan_digest"], branch=record["branch"])
 
 
 @dataclass(frozen=True)
 class Observed:
-    """The same facts read now. `plan_digest` None: the plan cannot be derived (`plan_error` says why);
-    `descends` whether `head` has the expected head as an ancestor (read only when the heads differ)."""
+    """The same facts read now. `plan_digest` None: the plan cannot be derived (`plan_error` says why)."""
 
     plan_digest: str | None
     branch: str | None
-    head: str | None
-    descends: bool = False
     plan_error: str | None = None
 
 
@@ -84,9 +79,6 @@ def decide_drift(covered: Covered, observed: Observed) -> Drift | None:
     if observed.branch != covered.branch:
         return Drift(BRANCH_CHANGED, f"the coordinator is on {observed.branch or '(detached HEAD)'}, "
                                      f"the confirmation covers {covered.branch}")
-    if observed.head is not None and observed.head != covered.expected_head and observed.descends:
-        return Drift(HEAD_LINEAGE_MOVED, f"{covered.branch} moved from {covered.expected_head} to {observed.head} "
-                                         f"outside this batch")
     return None
 
 

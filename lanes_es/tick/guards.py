@@ -5,10 +5,11 @@
    tick, with a backup in the log), else the tick refuses (`working_tree_unstaged`) and
    touches no file.
 2. The drift check (docs/upstream.md#authorization-reuse-and-the-tool-surface): the plan derived from the
-   Initiative and intents as they are now, the branch and the expected head must be what the
-   confirmation covered. A running batch that drifted parks every child in flight and settles
-   `needs_human` with the blocker's code; a parked one is not resumed; only a fresh
-   confirmation of the batch as it stands goes on.
+   Initiative and intents as they are now and the branch must be what the confirmation
+   covered. A running batch that drifted parks every child in flight and settles `needs_human`
+   with the blocker's code; a parked one is not resumed; only a fresh confirmation of the batch
+   as it stands goes on. The head is the lineage check's (lanes_es/tick/reconcile.py): a
+   fast-forward is adopted, anything else fails the batch.
 
 0. Before all of that, and before the service reads or writes anything in the checkout (the
    projections it repairs, the checkpoint ref it signs), the repository: a tick run in another
@@ -17,8 +18,7 @@
    (`repository_refusal`, called by the service).
 
 Facts come through the tick's ports; the decisions are pure (lanes_es/domain/working_tree.py,
-lanes_es/domain/drift.py). The steps call `stop_if_world_moved`, `stop_if_head_moved` and
-`refuse_unknown_leaks`.
+lanes_es/domain/drift.py). The steps call `stop_if_world_moved` and `refuse_unknown_leaks`.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def observe_drift(ports: Any, root: str, slug: str, record: dict[str, Any], view
                                   covered.plan_digest)
     # The head is judged later, at the lineage check: an integration this batch made but did not
     # record (a crash) moves it too, and is adopted first (docs/upstream.md#the-steps-of-a-tick).
-    return decide_drift(covered, Observed(plan_digest=digest, branch=view.branch, head=None, plan_error=error))
+    return decide_drift(covered, Observed(plan_digest=digest, branch=view.branch, plan_error=error))
 
 
 def stop_if_world_moved(runner: Any) -> Any:
@@ -125,25 +125,13 @@ def refuse_if_plan_moved_before_start(runner: Any) -> Any:
     """A new batch starts only on the plan its authorization covers: one that moved between
     `authorize` and this first tick is refused (nothing is written); `authorize` again confirms it."""
     tick = runner.tick
-    covered = Covered(plan_digest=tick.authorization.plan_digest, branch="", expected_head="")
+    covered = Covered(plan_digest=tick.authorization.plan_digest, branch="")
     digest, error = observed_plan(runner.ports, tick.root, tick.initiative_slug, [], covered.plan_digest)
-    drift = decide_drift(covered, Observed(plan_digest=digest, branch="", head=None, plan_error=error))
+    drift = decide_drift(covered, Observed(plan_digest=digest, branch="", plan_error=error))
     if drift is None:
         return None
     return runner.refuse(drift.code, f"{drift.detail}; run `lanes-es authorize {tick.initiative_slug}` to confirm "
                                      f"the plan as it now stands")
-
-
-def stop_if_head_moved(runner: Any, head: str) -> Any:
-    """A fast-forward of the batch branch by someone else: adopted only under a confirmation given
-    since (this tick resumed a park); otherwise the batch stops with `batch_head_lineage_moved`."""
-    if runner.resumed_park:
-        return None
-    drift = decide_drift(Covered.of(runner.record), Observed(plan_digest=runner.record["plan_digest"],
-                                                             branch=runner.record["branch"], head=head, descends=True))
-    if drift is None:
-        return None
-    return stop_on_drift(runner, drift.reason, drift_next_action(runner.tick.initiative_slug))
 
 
 def refuse_unknown_leaks(runner: Any) -> Any:

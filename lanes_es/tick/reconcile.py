@@ -6,7 +6,6 @@ from lanes_es.domain.authority import AuthorizationError
 from lanes_es.domain.record import expected_batch_head
 from lanes_es.ports import Lineage, PortError
 from lanes_es.tick.context import TickContext, TickFinished
-from lanes_es.tick.guards import stop_if_head_moved
 
 
 def replace_grant(ctx: TickContext, new_batch: bool) -> None:
@@ -72,7 +71,11 @@ def record_releases(ctx: TickContext) -> None:
 
 
 def check_lineage(ctx: TickContext) -> None:
-    """Step 11: the batch branch is where the log says, or a fast-forward of it; anything else fails the batch."""
+    """Step 11: the batch branch is where the log says, or a fast-forward of it; anything else fails the batch.
+
+    A fast-forward (a user's commit on the batch branch, no batch trailer) is adopted in this very tick,
+    as upstream does: `adopted_heads` gets {from: the expected head, to: the branch's head}, the batch
+    goes on under the same authorization, and later Lanes start from the adopted head."""
     record = ctx.record
     expected = expected_batch_head(record)
     lineage = ctx.ports.lane_git.classify_lineage(
@@ -80,9 +83,6 @@ def check_lineage(ctx: TickContext) -> None:
     if lineage.kind == "broken":
         raise TickFinished(ctx.fail_lineage(lineage.message))
     if lineage.kind == "fast_forward":
-        stopped = stop_if_head_moved(ctx, lineage.head)  # someone else's: adopted only under a fresh confirmation
-        if stopped is not None:
-            raise TickFinished(stopped.report)
         ctx.live.adopt_head(ctx.now, expected, lineage.head)
         ctx.persist()
     ctx.lineage = Lineage(kind="equal", head=lineage.head)

@@ -127,9 +127,7 @@ def test_conflict_and_broken_sibling_acceptance_park_with_the_branch_unmoved(tmp
     for task_id, path in [("alpha", "alpha.txt"), ("breaker", "breaker.txt"), ("conflict", "base.txt"),
                           ("disjoint", "disjoint.txt")]:
         engine.deliver(task_id, path, f"{task_id}\n")
-    # the user's commit moved the batch branch: the batch stops until a fresh confirmation adopts it
-    assert engine.tick()["reason"].startswith("batch_head_lineage_moved: ")
-    engine.authorize(max_parallel=4)
+    # the user's commit moved the batch branch: the tick adopts it and integrates onto it
     report = engine.tick()
     children = {c["task_id"]: c for c in report["children"]}
     assert report["batch_state"] == "needs_human"
@@ -161,9 +159,7 @@ def test_a_candidate_that_lost_the_lane_change_fails_the_identity_check(tmp_path
     engine.deliver("task-a", "g.txt", "same\n")
     # the batch branch gains the identical edit, so the replayed Lane change comes out different
     before = commit_on_batch_branch(engine, "g.txt", "same\n")
-    assert engine.tick()["reason"].startswith("batch_head_lineage_moved: ")
-    engine.authorize()  # the moved head, confirmed
-    report = engine.tick()
+    report = engine.tick()  # the moved head is adopted; the Lane's change replayed onto it is not the Lane's
     child = report["children"][0]
     assert child["state"] == "needs_human"
     assert child["reason"].startswith("batch_integration_conflict: ")

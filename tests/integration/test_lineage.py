@@ -18,25 +18,25 @@ from tests.gitfixtures import git_out, run_git
 pytestmark = pytest.mark.usefixtures("store_url")
 
 
-def moved_then_confirmed(engine: Engine, moved_from: str, moved_to: str) -> dict:
-    """A user's fast-forward stops the batch (docs/upstream.md#authorization-reuse-and-the-tool-surface); a fresh
-    confirmation adopts it."""
+def adopted_in_the_same_tick(engine: Engine, moved_from: str, moved_to: str) -> dict:
+    """A user's fast-forward of the batch branch is adopted by the next tick, which goes on running under the
+    same confirmation (docs/upstream.md#the-steps-of-a-tick)."""
+    confirmations = len(engine.service.initiative(engine.slug).authorizations)
     report = engine.tick()
-    assert report["batch_state"] == "needs_human"
-    assert report["reason"] == (f"batch_head_lineage_moved: imm/{engine.slug} moved from {moved_from} to {moved_to} "
-                                f"outside this batch")
-    assert "adopted_heads" not in engine.batch.record or engine.batch.record["adopted_heads"][-1]["to"] != moved_to
-    engine.authorize()
-    return engine.tick()
+    assert report["batch_state"] == "running" and report["reason"] is None, report
+    assert engine.batch.record["adopted_heads"][-1] == {"from": moved_from, "to": moved_to}
+    assert len(engine.service.initiative(engine.slug).authorizations) == confirmations  # none asked for
+    return report
 
 
 def test_user_fast_forwards_are_adopted_and_the_completed_chain_verifies(tmp_path):
-    """Ports LANE-LCM-03 and LANE-LIN-02; each fast-forward is adopted under a fresh confirmation."""
+    """Ports LANE-LCM-03 and LANE-LIN-02; each fast-forward is adopted in the tick that finds it, and the Lane
+    provisioned after it is cut from the adopted head."""
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"], blocked_by=["task-a"])})
     batch_id = engine.authorize()
     base = engine.tick()["handoffs"][0]["base_head"]
     before_a = commit_in_coordinator(engine, "notes/one.txt", "one\n")
-    report = moved_then_confirmed(engine, base, before_a)
+    report = adopted_in_the_same_tick(engine, base, before_a)
     assert engine.batch.record["adopted_heads"] == [{"from": base, "to": before_a}]
     assert report["handoffs"][0]["base_head"] == before_a  # the Lane is cut from the adopted head
     engine.tick(offers={"task-a": engine.provision("task-a", report)})
@@ -44,7 +44,7 @@ def test_user_fast_forwards_are_adopted_and_the_completed_chain_verifies(tmp_pat
     commit_a = engine.tick()["children"][0]["commit"]
     assert git_out(engine.root, "rev-parse", f"{commit_a}^") == before_a
     between = commit_in_coordinator(engine, "notes/two.txt", "two\n")
-    report = moved_then_confirmed(engine, commit_a, between)
+    report = adopted_in_the_same_tick(engine, commit_a, between)
     assert engine.batch.record["adopted_heads"] == [{"from": base, "to": before_a}, {"from": commit_a, "to": between}]
     engine.tick(offers={"task-b": engine.provision("task-b", report)})
     engine.deliver("task-b", "b.txt", "b\n")

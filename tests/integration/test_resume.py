@@ -273,10 +273,8 @@ def test_a_child_parked_at_integration_resumes_with_its_lane_commit_and_no_secon
     enroll(engine, "task-a")
     commit_in_coordinator(engine, "base.txt", "user edit\n")
     engine.deliver("task-a", "base.txt", "lane edit\n")
-    report = engine.tick()  # the user's commit moved the batch branch: it needs a confirmation first
-    assert report["children"][0]["reason"].startswith("batch_head_lineage_moved: ")
-    confirm_again(engine)
-    report = engine.tick()
+    report = engine.tick()  # the user's commit is adopted; the Lane's edit of the same line conflicts with it
+    assert engine.batch.record["adopted_heads"][-1]["to"] == engine.head()
     child = report["children"][0]
     assert child["reason"].startswith("batch_integration_conflict: ")
     lane_commit = child["lane"]["lane_commit"]

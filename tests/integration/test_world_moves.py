@@ -1,10 +1,13 @@
 """Issue 14: the engine fails closed whenever the world moves under a running batch.
 
 Each move (the Initiative's `Blocked by:` edited and committed in the coordinator, an intent
-edited, the batch branch fast-forwarded or rewritten by someone else or switched away from, the
-coordinator dirtied with a user's own file, the batch ticked from another checkout) is driven through the command line and through the autopilot (`lanes-es run`), on real
-repositories: the batch parks or the tick refuses with upstream's reason, no commit lands on
-the batch branch after the move, and the user's files are byte-identical afterwards.
+edited, the batch branch rewritten by someone else or switched away from, the coordinator
+dirtied with a user's own file, the batch ticked from another checkout) is driven through the
+command line and through the autopilot (`lanes-es run`), on real repositories: the batch parks
+or the tick refuses with upstream's reason, no commit lands on the batch branch after the move,
+and the user's files are byte-identical afterwards. A fast-forward of the batch branch (a user's
+own commit on it) is the one move that goes on: adopted in the tick that finds it, as upstream
+(issue 27).
 """
 
 from __future__ import annotations
@@ -27,8 +30,6 @@ from tests.gitfixtures import all_refs, git_out, run_git
 from tests.integration.world_moves import make_move
 
 PROJECT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.usefixtures("store_url")  # every test on SQLite and on PostgreSQL
-
 pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
 
 # move -> (exit code of the tick after it, the reason's code, the batch state the log then holds)
@@ -36,7 +37,6 @@ EXPECTED = {
     "initiative": (3, "batch_plan_digest_changed", "needs_human"),
     "intent": (3, "batch_plan_digest_changed", "needs_human"),
     "intent_uncommitted": (2, "working_tree_unstaged", "running"),
-    "branch": (3, "batch_head_lineage_moved", "needs_human"),
     "switch": (3, "batch_branch_changed", "needs_human"),
     "rewrite": (3, "batch_head_lineage_broken", "failed"),
     "dirty": (2, "working_tree_unstaged", "running"),
@@ -127,21 +127,27 @@ def test_a_changed_plan_goes_on_only_as_a_new_confirmation_of_the_new_plan(tmp_p
     assert files_now(engine, files) == files
 
 
-def test_a_moved_branch_goes_on_after_a_fresh_confirmation_and_the_user_commit_stays(tmp_path):
+def test_a_fast_forward_of_the_batch_branch_is_adopted_in_the_same_tick_and_the_user_commit_stays(tmp_path):
+    """docs/upstream.md#the-steps-of-a-tick: `adopted_heads` gets {from: the expected head, to: the user's
+    commit}, s1 integrates onto it in that very tick, and the batch completes under the one confirmation it had."""
     engine = mid_batch(tmp_path)
-    make_move("branch", engine.root, engine.slug, "s2")
+    expected = branch_head(engine)
+    files = make_move("branch", engine.root, engine.slug, "s2")
     user_commit = branch_head(engine)
-    assert tick(engine)[0] == 3
-    assert cli("--root", engine.root, "authorize", engine.slug, "--max-parallel", "2", "--yes")[0] == 0
     code, report = tick(engine)
-    assert code == 0 and engine.batch.record["adopted_heads"][-1]["to"] == user_commit
+    assert code == 0 and report["batch_state"] == "running" and report["reason"] is None
+    assert engine.batch.record["adopted_heads"] == [{"from": expected, "to": user_commit}]
+    assert engine.states()[0] == "integrated"
+    assert git_out(engine.root, "rev-parse", f"{report['commits'][0]}^") == user_commit
     engine.deliver("s2", "two.txt", "two\n")
     for _ in range(4):
         code, report = tick(engine)
         if report["batch_state"] != "running":
             break
-    assert report["batch_state"] == "completed"
+    assert report["batch_state"] == "completed" and code == 0
     assert git_out(engine.root, "merge-base", "--is-ancestor", user_commit, branch_head(engine)) == ""
+    assert len(engine.service.initiative(engine.slug).authorizations) == 1
+    assert files_now(engine, files) == files
 
 
 def test_a_dirtied_coordinator_goes_on_once_the_user_moved_the_file_away(tmp_path):
@@ -158,16 +164,15 @@ def test_a_dirtied_coordinator_goes_on_once_the_user_moved_the_file_away(tmp_pat
 # ---------------------------------------------------------------- the autopilot
 
 
-@pytest.mark.parametrize("move", sorted(EXPECTED))
-def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monkeypatch, move):
-    """`lanes-es run`: the Executor of s1 makes the move in the coordinator, then delivers; the
-    autopilot's next tick stops the batch with upstream's reason and nothing lands after the move."""
+def autopilot_with_a_move(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, move: str) -> tuple[int, str, Any, dict]:
+    """`lanes-es run` on two tasks at max_parallel 1 (s2 waits for s1): the Executor of s1 makes the move in the
+    coordinator, then delivers. (exit code, what the run said, the service, what the move left)."""
     from tests.gitfixtures import intent_json, make_repo
     from tests.engine import initiative_markdown
     from lanes_es.steward.run import run_autopilot
     from lanes_es.bootstrap import build_service
 
-    tasks = {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])}  # max_parallel 1: s2 waits for s1
+    tasks = {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])}
     root = make_repo(tmp_path / "repo", intents={t: intent_json(t, task.scope) for t, task in tasks.items()},
                      files={"docs/initiatives/moves.md": initiative_markdown(tasks)})
     moved = tmp_path / "moved.json"
@@ -181,22 +186,41 @@ def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monke
     lines: list[str] = []
     executor = [sys.executable, "-P", "-m", "tests.integration.world_moves"]
     code = run_autopilot(service, "moves", 1, tmp_path / "lanes", executor, yes=True, out=lines.append, poll=0.05)
-    text = "\n".join(lines)
+    return code, "\n".join(lines), service, json.loads(moved.read_text())
+
+
+@pytest.mark.parametrize("move", sorted(EXPECTED))
+def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monkeypatch, move):
+    """The autopilot's next tick after the move stops the batch with upstream's reason and nothing lands after it."""
+    code, text, service, facts = autopilot_with_a_move(tmp_path, monkeypatch, move)
     exit_code, reason_code, state = EXPECTED[move]
     assert code == exit_code, text
     assert reason_code in text, text
-    facts = json.loads(moved.read_text())
     batch = service.active_batch("moves")
     assert batch.batch_state == state
     assert batch.record["commits"] == []  # s1 was delivered, but never integrated after the move
-    assert git_out(root, "rev-parse", "imm/moves") == facts["head_after"]
-    assert {path: Path(root, path).read_bytes().hex() for path in facts["files"]} == facts["files"]
+    assert git_out(service.root, "rev-parse", "imm/moves") == facts["head_after"]
+    assert {path: Path(service.root, path).read_bytes().hex() for path in facts["files"]} == facts["files"]
+
+
+def test_a_fast_forward_during_an_autopilot_run_is_adopted_and_the_run_completes(tmp_path, monkeypatch):
+    """The user's commit on the batch branch is adopted by the next tick; s1 integrates onto it, s2's Lane is cut
+    from the history above it, and the run completes without asking again."""
+    code, text, service, facts = autopilot_with_a_move(tmp_path, monkeypatch, "branch")
+    assert code == 0, text
+    batch = service.active_batch("moves")
+    assert batch.batch_state == "completed"
+    assert batch.record["adopted_heads"] == [{"from": facts["head_before"], "to": facts["head_after"]}]
+    assert git_out(service.root, "rev-parse", f"{batch.record['commits'][0]}^") == facts["head_after"]
+    assert [child["lane"]["base_head"] for child in batch.record["children"]] == [  # s1 was cut before the move
+        facts["head_before"], batch.record["commits"][0]]
+    assert len(service.initiative("moves").authorizations) == 1
 
 
 # ---------------------------------------------------------------- a move between any two ticks
 
-STOPPING = {"batch_plan_digest_changed", "batch_head_lineage_moved", "batch_branch_changed",
-            "batch_head_lineage_broken", "working_tree_unstaged"}
+STOPPING = {"batch_plan_digest_changed", "batch_branch_changed", "batch_head_lineage_broken", "working_tree_unstaged"}
+GOES_ON = ("touch", "branch")  # nothing the confirmation covers moved; a fast-forward is adopted
 NOT_AFTER_A_MOVE = {"LaneAdmitted", "Enrolled", "LaneCommitted", "Integrated"}
 
 
@@ -228,14 +252,19 @@ def play_until(engine: Engine, move_before: int, move: str) -> dict[str, Any]:
                 break
             continue
         for handoff in report["handoffs"]:
-            if handoff.get("action") == "provision":
+            if handoff.get("action") == "provision" and os.path.isdir(engine.lane(handoff["task_id"])):
+                # offered at a head the batch has since moved past (an adopted fast-forward): the steward
+                # brings the clean Lane forward and offers it again
+                run_git(engine.lane(handoff["task_id"]), "merge", "--ff-only", "-q", handoff["base_head"])
+                offers[handoff["task_id"]] = engine.lane(handoff["task_id"])
+            elif handoff.get("action") == "provision":
                 offers[handoff["task_id"]] = engine.provision(handoff["task_id"], report)
             elif handoff["role"] == "executor" and handoff["next_obligation"] == "submit_assurance":
                 engine.deliver(handoff["task_id"], *deliveries[handoff["task_id"]])
     return {**moved, "report": report}
 
 
-@pytest.mark.parametrize("move", ["touch", *sorted(EXPECTED)])
+@pytest.mark.parametrize("move", [*GOES_ON, *sorted(EXPECTED)])
 def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_path, move, another_store):
     """Issue 3's convergence, extended (issue 14): for every gap between two ticks of a two-task
     batch, the move is made there; the engine either goes on because nothing it covers moved
@@ -250,8 +279,10 @@ def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_p
         engine.authorize(max_parallel=1)
         outcome = play_until(engine, gap, move)
         report, batch = outcome["report"], engine.batch
-        if move == "touch" or outcome["terminal"]:
+        if move in GOES_ON or outcome["terminal"]:
             assert batch.batch_state == "completed", (gap, report["reason"])
+            adopted = [entry["to"] for entry in batch.record.get("adopted_heads", [])]
+            assert adopted == ([outcome["head"]] if move == "branch" and not outcome["terminal"] else []), gap
             continue
         assert report["reason"].split(":")[0] in STOPPING, (gap, report["reason"])
         assert report["reason"].split(":")[0] == EXPECTED[move][1], (gap, report["reason"])

@@ -505,21 +505,18 @@ def test_broken_lineage_fails_every_in_flight_child():
     assert report["handoffs"] == []
 
 
-def test_a_fast_forward_by_someone_else_stops_the_batch_until_a_fresh_confirmation_adopts_it():
-    """docs/upstream.md#authorization-reuse-and-the-tool-surface reuse blocker `batch_head_lineage_moved`: the confirmation covered the batch
-    branch at its expected head; a user's fast-forward parks the batch (nothing admitted on the new
-    head), and only a newer confirmation adopts it (docs/upstream.md#the-steps-of-a-tick step 11)."""
+def test_a_fast_forward_by_someone_else_is_adopted_in_the_same_tick_and_later_lanes_start_from_it():
+    """docs/upstream.md#the-steps-of-a-tick: a user's fast-forward of the batch branch is adopted (`adopted_heads`
+    gets {from: the expected head, to: the head}) and the tick goes on under the same confirmation: the offer
+    made with it is admitted at the adopted head (only a head moved without a fast-forward blocks reuse)."""
     harness = two_dependent()
     harness.tick()
     harness.lane_git.head = "d" * 40
-    report = harness.tick(offers=[("task-a", "/lanes/a")])
-    assert report["batch_state"] == "needs_human"
-    assert report["reason"].startswith(f"batch_head_lineage_moved: imm/{SLUG} moved from {BASE} to {'d' * 40}")
-    assert "lanes-es authorize" in report["next_action"]
-    assert "adopted_heads" not in harness.batch.record
-    assert harness.states() == ["pending", "pending"]  # the offer was not admitted
-    assert harness.tick()["batch_state"] == "needs_human"  # the same confirmation does not resume it
-    harness.confirmation_time = "2026-06-01T00:00:00.000Z"
-    assert harness.tick()["batch_state"] == "running"
+    lane = harness.lane_git.add_lane("task-a")  # cut from the new head, as the steward would now
+    report = harness.tick(offers=[("task-a", lane)])
+    assert report["batch_state"] == "running" and report["reason"] is None
     assert harness.batch.record["adopted_heads"] == [{"from": BASE, "to": "d" * 40}]
-    assert harness.tick()["handoffs"][0]["base_head"] == "d" * 40
+    assert harness.states() == ["enrolled", "pending"]
+    assert harness.batch.record["children"][0]["lane"]["base_head"] == "d" * 40
+    assert harness.tick()["batch_state"] == "running"  # adopted once: the next tick finds the head it expects
+    assert harness.batch.record["adopted_heads"] == [{"from": BASE, "to": "d" * 40}]
