@@ -62,6 +62,7 @@ RECOVERY = {
     "plan_projection_failed": "Fix the Initiative file or the task intents it names, then call {start} again.",
     "batch_parallel_mismatch": "Call {start} again without max_parallel, or with the recorded value.",
     "plan_changed": "Call {tool} again: the user decides on the facts as they are now.",
+    "head_moved": "Call {tool} again: the user decides on the facts as they are now.",
     "batch_authorization_invalid": "Call {start} with max_parallel: the user confirms a batch first.",
     "confirmation_failed": "Call {start} again for a fresh confirmation.",
     "uncommitted_head": "Commit the base in the coordinator checkout, then call {start} again.",
@@ -269,7 +270,13 @@ class BatchTools:
         return self.service.retire_target(_slug_argument(arguments))
 
     def retire(self, target: RetireTarget) -> Outcome:
-        report = self.service.retire(target.slug, target)
+        try:
+            report = self.service.retire(target.slug, target)
+        except ServiceError as error:
+            if error.code != "plan_changed":
+                raise
+            return refusal("plan_changed", f"batch run state {target.batch_id} changed after native confirmation; "
+                                           f"nothing was retired", RECOVERY["plan_changed"].format(tool=RETIRE))
         return Outcome({"state": "retired", "batch_id": report["batch_id"], "report": report})
 
     # ------------------------------------------------------------ reading
@@ -419,32 +426,40 @@ class McpBatchServer:
         args = self.tools.parse_start(arguments)
         if not self.tools.needs_confirmation(args):
             return self.tools.tick(args)
-        state = self.seal.open(getattr(params, "request_state", None)) or {}
-        confirmation = self.tools.confirmation(args, state.get("batch_id") if state.get("tool") == START else None)
+        asked = self.answered_round(params, CONFIRM_KEY, START)
+        confirmation = self.tools.confirmation(args, asked["batch_id"] if asked else None)
         facts = confirmation.facts()
-        message = confirmation_text(facts)
-        answer = await self.ask(ctx, params, CONFIRM_KEY, message, confirm_schema(True),
-                                {"tool": START, "batch_id": confirmation.batch_id, "facts": facts_digest(facts)})
+        # What the user is asked about; in the round that brings the answer, what they were asked about.
+        seen = asked if asked is not None else gate_facts(confirmation)
+        answer = await self.ask(ctx, params, CONFIRM_KEY, confirmation_text(facts), confirm_schema(True), seen)
         if isinstance(answer, str):
             return self.tools.no_gate(args, facts, answer)
         if not isinstance(answer, Answer):
             return answer  # the input-required round: the client asks the user and calls again
         if not answer.confirmed:
             return _declined(answer, START)
-        # After the gate: the facts the user saw must still be the facts (upstream re-checks drift).
-        again = self.tools.confirmation(args, confirmation.batch_id)
-        if facts_digest(again.facts()) != facts_digest(facts) or not self.tools.needs_confirmation(args):
-            return refusal("plan_changed", "the plan, base or batch changed while the user was deciding; "
-                                           "nothing was recorded", f"Call {START} again to confirm the current facts.")
+        # After the gate: the facts the user saw must still be the facts (upstream re-checks drift), else
+        # refused as upstream refuses after its gate, never asked again.
+        again = self.tools.confirmation(args, seen["batch_id"])
+        moved = moved_since_gate(seen, again, self.tools.service.root)
+        if moved is None and not self.tools.needs_confirmation(args):
+            moved = ("plan_changed", f"Initiative {args.slug} was confirmed by another call after native "
+                                     f"confirmation; nothing was recorded")
+        if moved is not None:
+            return refusal(moved[0], moved[1], RECOVERY[moved[0]].format(tool=START))
         return self.tools.authorize_and_tick(args, again, answer)
 
     async def retire(self, ctx: Any, params: Any, arguments: dict[str, Any]) -> Outcome | Any:
-        target = self.tools.retire_target(arguments)
-        slug, batch_id = target.slug, target.batch_id
+        slug = _slug_argument(arguments)
+        seen = self.answered_round(params, RETIRE_KEY, RETIRE)
+        if seen is None or seen.get("initiative_slug") != slug:  # every refusal comes before the gate opens
+            target = self.tools.retire_target(arguments)
+            seen = {"tool": RETIRE, "initiative_slug": slug, "batch_id": target.batch_id,
+                    "record": target.record_digest}
+        batch_id = seen["batch_id"]
         message = (f"Retire batch {batch_id} of Initiative {slug}? It becomes superseded: it grants no more handoffs "
                    f"or child delivery, and its record, commits and Lanes are kept.")
-        answer = await self.ask(ctx, params, RETIRE_KEY, message, confirm_schema(False),
-                                {"tool": RETIRE, "batch_id": batch_id})
+        answer = await self.ask(ctx, params, RETIRE_KEY, message, confirm_schema(False), seen)
         if isinstance(answer, str):
             return refusal("confirmation_port_unavailable", f"{answer}; nothing was retired",
                            f"If the user confirms, run `{shlex.join(['lanes-es', '--root', self.tools.service.root, 'retire', slug, '--yes'])}` "
@@ -453,7 +468,16 @@ class McpBatchServer:
             return answer
         if not answer.confirmed:
             return _declined(answer, RETIRE)
-        return self.tools.retire(target)  # a record that moved during the gate is refused as plan_changed
+        # A compare-and-swap on the record the user was asked about, carried (sealed) across the rounds.
+        return self.tools.retire(RetireTarget(slug=slug, batch_id=batch_id, record_digest=seen["record"]))
+
+    def answered_round(self, params: Any, key: str, tool: str) -> dict[str, Any] | None:
+        """The state sealed in the round that asked the user, when this call brings the answer to `key` for
+        `tool` (a 2026-07-28 client's second round); None otherwise."""
+        if (getattr(params, "input_responses", None) or {}).get(key) is None:
+            return None
+        sealed = self.seal.open(getattr(params, "request_state", None))
+        return sealed if sealed is not None and sealed.get("tool") == tool else None
 
     async def ask(self, ctx: Any, params: Any, key: str, message: str, schema: dict[str, Any],
                   state: dict[str, Any]) -> Answer | str | Any:
@@ -481,6 +505,29 @@ class McpBatchServer:
         except MCPError as error:
             return f"the MCP client could not put the confirmation to the user ({error.error.message})"
         return Answer(result.action, dict(result.content or {}))
+
+
+def gate_facts(confirmation: Confirmation) -> dict[str, Any]:
+    """What start_unattended_batch's gate puts to the user, as it is sealed across the rounds and compared after
+    the answer: the batch, the digest of every fact shown, and the plan and HEAD apart (their own refusals)."""
+    return {"tool": START, "batch_id": confirmation.batch_id, "facts": facts_digest(confirmation.facts()),
+            "plan": confirmation.plan_digest, "head": confirmation.seen_head or confirmation.base_head}
+
+
+def moved_since_gate(seen: dict[str, Any], now: Confirmation, root: str) -> tuple[str, str] | None:
+    """upstream's refusal after its gate when what the user confirmed moved meanwhile: (`plan_changed` or
+    `head_moved`, the reason), or None when the facts are the ones the user saw."""
+    if now.plan_digest != seen.get("plan"):
+        return "plan_changed", (f"the batch plan of Initiative {now.slug} changed after native confirmation (it is "
+                                f"now {now.plan_digest}, the user confirmed {seen.get('plan')}); nothing was recorded")
+    head = now.seen_head or now.base_head
+    if head != seen.get("head"):
+        return "head_moved", (f"HEAD of {root} moved after native confirmation (from {seen.get('head')} to {head}); "
+                              f"nothing was recorded")
+    if facts_digest(now.facts()) != seen.get("facts"):
+        return "plan_changed", (f"the confirmation facts of Initiative {now.slug} changed after native confirmation; "
+                                f"nothing was recorded")
+    return None
 
 
 def _declined(answer: Answer, tool: str) -> Outcome:

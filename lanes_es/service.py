@@ -697,8 +697,8 @@ class LanesService:
     def retire_target(self, slug: str) -> "RetireTarget":
         """What `retire` would retire, read before the literal-user gate opens; every refusal comes here.
 
-        The record's exact bytes are kept: `retire` writes only when they are unchanged after
-        the gate (upstream's compare-and-swap, docs/upstream.md#retiring-a-batch).
+        The digest of the record's exact bytes is kept: `retire` writes only when they are unchanged
+        after the gate (upstream's compare-and-swap, docs/upstream.md#retiring-a-batch).
         """
         initiative = self.initiative(slug)
         current = initiative.current if initiative else None
@@ -709,7 +709,7 @@ class LanesService:
         self._refuse_retiring_elsewhere(slug, current)
         self._require_retirable(batch)
         self.require_writable_state(f"retire {slug}")
-        return RetireTarget(slug=slug, batch_id=current.batch_id, record_bytes=_record_bytes(batch))
+        return RetireTarget(slug=slug, batch_id=current.batch_id, record_digest=record_digest(batch))
 
     def _refuse_retiring_elsewhere(self, slug: str, authorization: ev.BatchAuthorized) -> None:
         """Retiring writes the superseded record and its checkpoint into this checkout: from a checkout the
@@ -736,14 +736,14 @@ class LanesService:
         """upstream's retire_stale_batch: the active record becomes `superseded`, refused while a child is in flight.
 
         With `expected` (the target read before the gate), the write is a compare-and-swap on
-        the record's exact bytes: a record that moved while the user was asked is not retired.
+        the digest of the record's exact bytes: a record that moved while the user was asked is not retired.
         """
         target = expected or self.retire_target(slug)
         with self._locked(target.batch_id, DEFAULT_LOCK_WAIT):
             initiative = self.initiative(slug)
             current = initiative.current if initiative else None
             batch = self.store.batch(target.batch_id)
-            if current is None or current.batch_id != target.batch_id or _record_bytes(batch) != target.record_bytes:
+            if current is None or current.batch_id != target.batch_id or record_digest(batch) != target.record_digest:
                 raise ServiceError("plan_changed", f"batch run state {target.batch_id} changed while the user was "
                                                    f"deciding; nothing was retired. Run `lanes-es retire {slug}` "
                                                    f"again to decide on the record as it now stands")
@@ -785,16 +785,19 @@ class LanesService:
 
 @dataclass(frozen=True)
 class RetireTarget:
-    """The active batch as read before the retire gate: its id and the exact bytes of its record."""
+    """The active batch as read before the retire gate: its id and the digest of its record's exact bytes."""
 
     slug: str
     batch_id: str
-    record_bytes: bytes
+    record_digest: str
 
 
-def _record_bytes(batch: LaneBatch | None) -> bytes:
-    """The v2 record's canonical bytes as the log has them (empty for a batch authorized but never ticked)."""
-    return documents_of(batch).record_bytes() if batch is not None else b""
+def record_digest(batch: LaneBatch | None) -> str:
+    """sha256 of the v2 record's canonical bytes as the log has them (of nothing for a batch authorized but
+    never ticked): what retire's compare-and-swap compares, and what the MCP gate carries across its rounds."""
+    import hashlib
+
+    return hashlib.sha256(documents_of(batch).record_bytes() if batch is not None else b"").hexdigest()
 
 
 def _foreign_stats_file(path: str) -> str | None:

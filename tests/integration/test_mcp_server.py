@@ -43,16 +43,20 @@ def repo(tmp_path: Path) -> str:
 
 
 class User:
-    """The user behind the host's elicitation: answers as scripted, and remembers what was asked."""
+    """The user behind the host's elicitation: answers as scripted, and remembers what was asked.
+    `meanwhile(message)` runs while the user is being asked: the world moving before the answer."""
 
-    def __init__(self, action: str = "accept", confirm: bool = True, delegate: bool = False) -> None:
-        self.action, self.confirm, self.delegate = action, confirm, delegate
+    def __init__(self, action: str = "accept", confirm: bool = True, delegate: bool = False,
+                 meanwhile: Any = None) -> None:
+        self.action, self.confirm, self.delegate, self.meanwhile = action, confirm, delegate, meanwhile
         self.asked: list[types.ElicitRequestFormParams] = []
 
     async def __call__(self, context: Any, params: Any) -> types.ElicitResult:
         import mcp_types as types
 
         self.asked.append(params)
+        if self.meanwhile is not None:
+            self.meanwhile(params.message)
         if self.action != "accept":
             return types.ElicitResult(action=self.action)
         return types.ElicitResult(action="accept", content={"confirm": self.confirm,
@@ -359,3 +363,83 @@ def test_retire_stale_batch_asks_the_user_then_supersedes_the_batch(repo, tmp_pa
     record = json.loads((Path(repo) / ".imm" / "state" / "batches" / f"{started['batch_id']}.json").read_text())
     assert record["batch_state"] == "superseded"
     assert again_error and again["reason_key"] == "stale_batch_absent"
+
+
+# ---------------------------------------------------------------- after the gate, in both elicitation modes
+# "auto": the 2026-07-28 multi-round form (an input-required result, the answer in a second call carrying the
+# sealed request state); "legacy": the elicitation sent in the middle of the call.
+
+MODES = ["auto", "legacy"]
+
+
+def user_commit(repo: str, path: str, text: str) -> str:
+    """A commit of the user's own on the checkout's branch (the batch branch once the batch started)."""
+    write_file(repo, path, text)
+    run_git(repo, "add", path)
+    run_git(repo, "commit", "-q", "-m", f"the user's {path}")
+    return head(repo)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_users_fast_forward_is_adopted_and_retire_refuses_a_record_that_changed_while_asked(repo, tmp_path, mode):
+    """A user's commit on imm/<slug> is adopted by the next call under the same authorization (no second gate,
+    `adopted_heads`, the Lane cut from the adopted head). retire_stale_batch then asks the user; while the user is
+    asked, the user's next commit is adopted by a tick (the record changes): the retirement is refused after the
+    gate, with upstream's words, on the record the user was asked about, and nothing is retired."""
+    moved: dict[str, str] = {}
+
+    def meanwhile(message: str) -> None:
+        if message.startswith("Retire batch"):
+            moved["head"] = user_commit(repo, "notes/two.txt", "two\n")
+            assert cli("--root", repo, "tick", SLUG) == 0
+
+    user = User(meanwhile=meanwhile)
+
+    async def main() -> list[tuple[bool, dict[str, Any]]]:
+        async with host(repo, tmp_path, user, mode=mode) as client:
+            started = await call(client, "start_unattended_batch", initiative_slug=SLUG, max_parallel=2)
+            moved["base"] = started[1]["report"]["handoffs"][0]["base_head"]
+            moved["first"] = user_commit(repo, "notes/one.txt", "one\n")
+            adopted = await call(client, "start_unattended_batch", initiative_slug=SLUG)
+            return [started, adopted, await call(client, "retire_stale_batch", initiative_slug=SLUG)]
+
+    (_, started), (adopted_error, adopted), (retire_error, retired) = anyio.run(main)
+    assert not adopted_error and adopted["state"] == "started" and "confirmed" not in adopted
+    report = adopted["report"]
+    assert report["batch_state"] == "running" and report["reason"] is None
+    assert {h["base_head"] for h in report["handoffs"]} == {moved["first"]}  # the Lanes start from the adopted head
+    assert len(user.asked) == 2 and user.asked[1].message.startswith("Retire batch")  # no gate for the adoption
+    assert retire_error and (retired["state"], retired["reason_key"]) == ("rejected", "plan_changed"), retired
+    assert retired["reason"] == (f"batch run state {started['batch_id']} changed after native confirmation; "
+                                 f"nothing was retired")
+    assert "retire_stale_batch again" in retired["recovery_action"] and "lanes-es" not in retired["recovery_action"]
+    record = json.loads((Path(repo) / ".imm" / "state" / "batches" / f"{started['batch_id']}.json").read_text())
+    assert record["batch_state"] == "running"
+    assert record["adopted_heads"] == [{"from": moved["base"], "to": moved["first"]},
+                                       {"from": moved["first"], "to": moved["head"]}]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_plan_or_head_that_moves_while_the_user_is_asked_is_refused_after_the_gate(repo, tmp_path, mode):
+    """upstream re-checks after its native gate and refuses, with `plan_changed` (the Initiative edited) or
+    `head_moved` (a commit on the coordinator's branch); the user is asked once per call and nothing is recorded."""
+    moves = iter([lambda: user_commit(repo, f"docs/initiatives/{SLUG}.md",
+                                      initiative_markdown({k: v for k, v in TASKS.items() if k != "task-b"})),
+                  lambda: user_commit(repo, "notes/user.txt", "mine\n")])
+    user = User(meanwhile=lambda message: next(moves)())
+
+    async def main() -> list[tuple[bool, dict[str, Any]]]:
+        async with host(repo, tmp_path, user, mode=mode) as client:
+            return [await call(client, "start_unattended_batch", initiative_slug=SLUG, max_parallel=2)
+                    for _ in range(2)]
+
+    (plan_error, plan), (head_error, moved) = anyio.run(main)
+    assert len(user.asked) == 2  # one question per call: never asked again on the new facts
+    assert plan_error and (plan["state"], plan["reason_key"]) == ("rejected", "plan_changed"), plan
+    assert plan["reason"].startswith(f"the batch plan of Initiative {SLUG} changed after native confirmation")
+    assert head_error and (moved["state"], moved["reason_key"]) == ("rejected", "head_moved"), moved
+    assert moved["reason"].startswith(f"HEAD of {repo} moved after native confirmation (from ")
+    for refused in (plan, moved):
+        assert refused["reason"].endswith("nothing was recorded")
+        assert "start_unattended_batch again" in refused["recovery_action"]
+    assert not (Path(repo) / ".imm" / "state" / "batches").exists() and store_events(repo) == 0
