@@ -81,11 +81,12 @@ class RealAdapters:
         if missing is not None:  # said on every tick that appends, so that a missing checkpoint is never a mystery
             raise AuditExtraMissing(missing)
         from lanes_es.adapters.anchor_git import GitAnchor
+        from lanes_es.adapters.anchored_marker import anchored_dir
         from lanes_es.adapters.signing_key import load_signer
         from lanes_es.audit.anchor import anchor_log
 
         common_dir = self.common_dir
-        return anchor_log(GitAnchor(common_dir / "lanes-es" / "anchored"), root, batch_id, version, read_rows,
+        return anchor_log(GitAnchor(anchored_dir(common_dir)), root, batch_id, version, read_rows,
                           lambda: load_signer(common_dir))
 
     def tick_ports(self, root: str, slug: str) -> TickPorts:
@@ -158,9 +159,13 @@ def open_store(repository: Repository, url: str | None = None, read_only: bool =
         from lanes_es.adapters.store_open import refuse_unmade_place
 
         refuse_unmade_place(resolved, repository.root)
+    from lanes_es.adapters.anchored_marker import anchored_dir, anchored_tip
+
+    anchored = anchored_dir(repository.common_dir)
     return EventStore(resolved, lock_dir=repository.common_dir / "lanes-es" / "locks", read_only=read_only,
                       repository_id=repository_id(repository.common_dir, create=not read_only),
-                      owns_checkout=lambda path: _same_repository(repository, path))
+                      owns_checkout=lambda path: _same_repository(repository, path),
+                      anchored=lambda batch_id: anchored_tip(anchored, batch_id))
 
 
 def _same_repository(repository: Repository, path: str) -> bool:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lanes_es.adapters.anchored_marker import anchored_dir
 from lanes_es.adapters.git import STATS
 
 
@@ -42,7 +43,7 @@ def measure(size: int, repeat: int, workdir: Path) -> dict[str, Any]:
     service.tick("bench")
     batch_id = service.initiative("bench").current.batch_id
     common = locate_repository(repo).common_dir
-    anchor = GitAnchor(common / "lanes-es" / "anchored")
+    anchor = GitAnchor(anchored_dir(common))
     batch = service.store.batch(batch_id)
     while batch.version < size - 1:  # audit-only events: a log of the size asked, nothing else changes
         batch.note_drift("2026-01-01T00:00:00.000Z", "bench")

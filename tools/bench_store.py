@@ -6,7 +6,9 @@ for the run and dropped after):
 - appends: events appended per second by one process, and by 4 processes at once
   (each writes its own batches, a tick of about 5 events per save);
 - reads of one batch of `--events` events: the raw floor (the rows read with the
-  driver and decoded with msgspec, nothing else), `rebuild --check`, `replay` and
+  driver and decoded with msgspec, nothing else), `rebuild --check`, the batch as every
+  command but `verify` loads it (its rows checked as they are decoded: numbering, the
+  digest chain, the anchored size), beside eventsourcing's unchecked load, `replay` and
   `verify`, in events per second;
 - the soak (`tools/soak.py`): `--soak-repos` repositories of `--soak-batches` batches, ticked at
   random by `--soak-processes` processes for `--soak-rounds` rounds each; then nothing lost,
@@ -242,6 +244,10 @@ def measure_backend(name: str, events: int, append_events: int, memory_events: i
             _say("rebuild_check")
             row["rebuild_check"] = round(_rate(events, lambda: rebuild_check(store, root, "batch-read-1"), repeat=2))
             row["rebuild_of_floor"] = round(row["rebuild_check"] / row["raw_floor"], 3)
+            _say("load")  # what every command but verify pays to read a batch: checked as it is decoded
+            row["load_unchecked"] = round(_rate(events, lambda: store.app.repository.get("batch-read-1"), repeat=3))
+            row["load"] = round(_rate(events, lambda: store.batch("batch-read-1"), repeat=3))
+            row["load_of_unchecked"] = round(row["load"] / row["load_unchecked"], 3)
             _say("replay")
             row["replay"] = round(_rate(events, lambda: replay_json(store, "batch-read-1")))
             _say("verify")
@@ -270,6 +276,9 @@ LABELS = [
     ("raw_floor", "raw read + msgspec decode/s"),
     ("rebuild_check", "rebuild --check ev/s"),
     ("rebuild_of_floor", "rebuild / floor"),
+    ("load_unchecked", "batch load, repository.get, unchecked ev/s"),
+    ("load", "batch load, chain-checked ev/s"),
+    ("load_of_unchecked", "checked load / unchecked"),
     ("replay", "replay --json ev/s"),
     ("verify", "verify ev/s"),
     ("rebuild_peak_mb_at_events", "rebuild peak MB (--events)"),

@@ -23,12 +23,9 @@ import msgspec
 from lanes_es.audit.anchor import AnchorRefused, AnchorState, checkpoint_ref
 from lanes_es.audit.attestation import CHECKPOINT_PATH
 
-from .files import MiB, FileTooLarge, read_capped, write_atomic
+from .anchored_marker import marker_path, read_marker
+from .files import write_atomic
 from .git import batch_identity_env, git, git_ok
-
-# The state kept of the log last anchored grows with the batch's integrations; a marker past this is no marker
-# lanes-es wrote (the tick then reads the whole log, as without one).
-MAX_MARKER_BYTES = 64 * MiB
 
 
 def cat_file_batch(root: str, names: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
@@ -92,15 +89,11 @@ class GitAnchor:
     # ------------------------------------------------------------ the log last anchored
 
     def _marker(self, batch_id: str) -> Path | None:
-        return self._state_dir / f"anchored-{batch_id}" if self._state_dir else None
+        return marker_path(self._state_dir, batch_id) if self._state_dir else None
 
     def anchor_state(self, batch_id: str) -> AnchorState | None:
         """The state kept by `save_anchor_state`; a marker of an older version holds only the size."""
-        marker = self._marker(batch_id)
-        try:
-            data = read_capped(marker, MAX_MARKER_BYTES) if marker else None
-        except (OSError, FileTooLarge):  # no state this machine kept: the tick reads the whole log, as without one
-            return None
+        data = read_marker(self._state_dir, batch_id) if self._state_dir else None
         if data is None:
             return None
         try:

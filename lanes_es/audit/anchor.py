@@ -142,6 +142,11 @@ def anchor_log(git: AnchorGit, root: str, batch_id: str, version: int,
                                                   _requests([fact for fact in log.facts if fact.version > known]))
     key = signer()
     previous = _previous_checkpoint(note, key, batch_id)
+    if previous is None and state is not None and state.size > 0:
+        raise AnchorRefused(f"{checkpoint_ref(batch_id)} is gone although this machine anchored {state.size} events of "
+                            f"{batch_id} on it: the ref was deleted, and a new one is not signed over it (that would "
+                            f"hide the deletion). Restore the ref (from a clone or a remote that fetched "
+                            f"refs/lanes-es/*); `lanes-es verify {batch_id}` shows the finding")
     if log.base is not None and (previous is None or (previous.size, previous.root.hex()) != (log.base.size,
                                                                                                log.base.root)):
         log = _whole(batch_id, read_rows)  # the ref is not where this machine left it: check the log whole

@@ -40,6 +40,7 @@ class AnchorEvidence:
     branch_history: list[tuple[str, str]] | None = None  # (commit, tree), oldest first; None: not read
     branch_problem: str | None = None  # why the branch could not be read
     history: list[tuple[str, str | None]] = field(default_factory=list)  # (commit, note) of the ref, oldest first
+    anchored: int | None = None  # the size this machine's marker says it anchored (None: never anchored here)
 
 
 @dataclass
@@ -53,6 +54,12 @@ def check_anchor(batch_id: str, rows: Sequence[StoredEvent], events: Sequence[An
                  evidence: AnchorEvidence) -> AnchorCheck:
     result = AnchorCheck(findings=[], notes=[])
     if evidence.note is None:
+        if evidence.anchored:  # anchored here, and its ref is gone: deleted, not "never anchored"
+            _finding(result, "checkpoint", None, "checkpoint_missing",
+                     f"no checkpoint ({evidence.source}), although this machine anchored {evidence.anchored} events "
+                     f"of this log there: the checkpoint ref was deleted; restore it (from a clone or a remote that "
+                     f"fetched refs/lanes-es/*) to check the log against it")
+            return result
         from lanes_es.audit.signing import audit_extra_missing
 
         missing = audit_extra_missing()

@@ -94,7 +94,7 @@ class AnchorOptions:
             raise ServiceError("invalid_input", f"the checkpoint of {batch_id} is signed: name its public key with "
                                                 f"--public-key KEY (`lanes-es key show` prints it where the key lives)")
         evidence = AnchorEvidence(source=source, note=note, verifier=verifier, attestations=attestations,
-                                  history=history)
+                                  history=history, anchored=_anchored_size(repository, batch_id))
         prepared = next((event for event in events if isinstance(event, ev.BatchPrepared)), None)
         if repository is None or prepared is None:
             evidence.branch_problem = "no repository holding the batch branch"
@@ -127,6 +127,14 @@ def _recorded_head(events: Sequence[Any]) -> str | None:
         elif isinstance(event, ev.HeadAdopted):
             head = event.to_head
     return head
+
+
+def _anchored_size(repository: Any, batch_id: str) -> int | None:
+    """The size this repository's marker says was anchored on its checkpoint ref, None when never anchored here."""
+    from lanes_es.adapters.anchored_marker import anchored_dir, anchored_tip
+
+    tip = anchored_tip(anchored_dir(repository.common_dir), batch_id) if repository is not None else None
+    return tip[0] if tip else None
 
 
 def _repository(root: str | Path | None) -> Any:

@@ -206,7 +206,7 @@ def test_a_damaged_store_is_a_refusal_naming_it_and_verify_not_an_internal_error
     (ok, _), (is_error, payload) = anyio.run(main)
     assert not ok and is_error
     assert payload["reason_key"] == "store_unavailable", payload
-    assert "has a damaged event" in payload["reason"] and "lanes-es verify batch-" in payload["reason"]
+    assert "does not verify (version 2: undecodable" in payload["reason"] and "lanes-es verify batch-" in payload["reason"]
     assert "call batch_status again" in payload["recovery_action"]
 
 
