@@ -471,6 +471,11 @@ def _tick(args: argparse.Namespace) -> int:
         print(f"lanes-es: drift repaired: {line}", file=sys.stderr)
     if result.anchor_problem:
         print(f"lanes-es: checkpoint not written: {result.anchor_problem}", file=sys.stderr)
+    if result.report["batch_state"] == "rejected":  # a refusal: its one line on stderr, the report only as data
+        if args.json:
+            _print(result.report, True, report_text)
+        print(f"lanes-es: {rejection_text(result.report)}", file=sys.stderr)
+        return result.exit_code
     _print(result.report, args.json, report_text)
     if result.exit_code == EXIT_OK and result.report.get("lane_refusals"):
         return EXIT_REFUSED  # an offer was refused: only its audit event was written; the lines above say why
@@ -479,6 +484,18 @@ def _tick(args: argparse.Namespace) -> int:
     if result.exit_code == EXIT_OK and needs_a_person(result.report):
         return EXIT_NEEDS_PERSON  # completed, but its final verification failed: not fit to land
     return result.exit_code
+
+
+def rejection_text(report: dict[str, Any]) -> str:
+    """A rejected tick in CLI words: what was refused and why, what it recorded, and the commands to run next (the
+    report's next_action names upstream's MCP tool)."""
+    from lanes_es.domain.next_steps import command_line_next
+
+    releases = [handoff["task_id"] for handoff in report.get("handoffs", [])
+                if handoff["role"] == "lane-steward" and handoff.get("action") == "release"]
+    released = (f"; the Lanes of {', '.join(releases)} may be removed (integrated, clean)" if releases else "")
+    return (f"tick refused: {report['reason']}; nothing was changed (a started batch's log records the refusal)"
+            f"{released}; next: {command_line_next(report)}")
 
 
 def report_text(report: dict[str, Any]) -> str:

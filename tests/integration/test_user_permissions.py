@@ -252,8 +252,8 @@ def test_an_unreadable_initiative_or_intent_is_named_with_its_fix(as_user, repo,
     relative = str(path.relative_to(repo))
     tick = as_user(repo, "tick", SLUG, store=store)
     assert tick.returncode == EXIT_REFUSED, "OUT:" + tick.stdout + "ERR:" + tick.stderr
-    assert f"{relative} cannot be read by this user" in tick.stdout and f"chmod u+r {relative}" in tick.stdout
-    assert "move it out of the coordinator checkout" not in tick.stdout
+    assert f"{relative} cannot be read by this user" in tick.stderr and f"chmod u+r {relative}" in tick.stderr
+    assert "move it out of the coordinator checkout" not in tick.stderr and tick.stdout == ""
     after = recorded(as_user, repo, store)[1].splitlines()
     assert after[:len(before[1].splitlines())] == before[1].splitlines()  # only the refusal's own audit event
     assert [line.endswith('TickRejected"}') for line in after[len(before[1].splitlines()):]] == [True]
