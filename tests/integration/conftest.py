@@ -41,3 +41,25 @@ def demo(demo_run: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch) -> It
     demo = Demo(repo, batch_id, url, monkeypatch)
     yield demo
     demo.drop_copies()
+
+
+@pytest.fixture(scope="module")
+def demo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's repository as `make_repository` leaves it, made once for the module: a test takes a
+    copy (making one spawns git five times from the test process, which forks it whole each time)."""
+    from lanes_es.cli.demo import make_repository
+
+    root = tmp_path_factory.mktemp("demo-template") / "repo"
+    make_repository(root)
+    return root
+
+
+@pytest.fixture
+def plain_repo(tmp_path: Path, demo_template: Path) -> Path:
+    """The demo's repository with its own SQLite store (the default): a copy of the template, with no
+    repository id or store yet, as a new repository has."""
+    import shutil
+
+    root = tmp_path / "repo"
+    shutil.copytree(demo_template, root, symlinks=True)
+    return root

@@ -9,12 +9,10 @@ too, and no tick signs a new one over the deletion.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from lanes_es.cli.demo import make_repository
 from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK
 from tests.gitfixtures import run_git
 from tests.integration.test_user_errors import SLUG, lanes, refused, rows, started
@@ -23,18 +21,9 @@ from tests.store_rows import StoreRows, store_url_of
 pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("damaged-template") / "repo"
-    make_repository(root)
-    return root
-
-
 @pytest.fixture
-def repo(template: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    shutil.copytree(template, root, symlinks=True)
-    return root
+def repo(plain_repo: Path) -> Path:
+    return plain_repo  # the demo's repository (tests/integration/conftest.py), its store the test's
 
 
 def rewrite_payload(repo: Path, batch_id: str, version: int) -> None:

@@ -4,12 +4,10 @@ on both backends, and says so on stderr in CLI words."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from lanes_es.cli.demo import make_repository
 from lanes_es.exit_codes import EXIT_REFUSED
 from tests.integration.test_user_errors import SLUG, lanes, rows, started
 from tests.store_rows import StoreRows, store_url_of
@@ -17,18 +15,9 @@ from tests.store_rows import StoreRows, store_url_of
 pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("refusals-template") / "repo"
-    make_repository(root)
-    return root
-
-
 @pytest.fixture
-def repo(template: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "repo"
-    shutil.copytree(template, root, symlinks=True)
-    return root
+def repo(plain_repo: Path) -> Path:
+    return plain_repo  # the demo's repository (tests/integration/conftest.py), its store the test's
 
 
 def test_a_rejected_tick_says_so_on_stderr_in_cli_words_and_records_only_the_refusal(repo):

@@ -46,24 +46,6 @@ def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
     return line
 
 
-@pytest.fixture(scope="module")
-def demo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo's repository as `make_repository` leaves it, made once for the module: a test takes a
-    copy (making one spawns git five times from the test process, which forks it whole each time)."""
-    root = tmp_path_factory.mktemp("demo-template") / "repo"
-    make_repository(root)
-    return root
-
-
-@pytest.fixture
-def plain_repo(tmp_path: Path, demo_template: Path) -> Path:
-    """The demo's repository with its own SQLite store (the default): a copy of the template, with no
-    repository id or store yet, as a new repository has."""
-    root = tmp_path / "repo"
-    shutil.copytree(demo_template, root, symlinks=True)
-    return root
-
-
 @pytest.fixture
 def repo(plain_repo: Path, store_url: str) -> Path:
     """The demo's repository; its commands use the test's store (LANES_ES_STORE), on each backend."""
