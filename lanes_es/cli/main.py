@@ -260,20 +260,23 @@ def _unmatched_scope(root: str, children: list[dict[str, Any]]) -> dict[str, lis
     """Per child, the scope entries that name no file of HEAD's tree (a typo, or a file the task creates)."""
     from pathlib import Path
 
+    from lanes_es.adapters.batch_git import MAX_INTENT_BYTES
+    from lanes_es.adapters.files import read_capped_text
     from lanes_es.cli.initiative import tree_paths
-    from lanes_es.domain.authoring import unmatched_scope
+    from lanes_es.domain.authoring import ScopeIndex, unmatched_scope
+    from lanes_es.domain.jstext import parse_json
 
-    tree: list[str] | None = None
+    tree: ScopeIndex | None = None
     found: dict[str, list[str]] = {}
     for child in children:
         path = child.get("intent_path")
         try:
-            scope = json.loads((Path(root) / path).read_text(encoding="utf-8"))["scope_hint"] if path else None
+            scope = parse_json(read_capped_text(Path(root) / path, MAX_INTENT_BYTES))["scope_hint"] if path else None
         except (OSError, ValueError, KeyError, TypeError):
-            continue  # the plan already says why such an intent is excluded
+            continue  # the plan already says why such an intent is excluded (too large or deep ones included)
         if not isinstance(scope, list):
             continue
-        tree = tree_paths(root) if tree is None else tree
+        tree = ScopeIndex(tree_paths(root)) if tree is None else tree
         missing = unmatched_scope([entry for entry in scope if isinstance(entry, str)], tree)
         if missing:
             found[child["task_id"]] = missing

@@ -168,6 +168,26 @@ def intent_text(intent: dict[str, Any]) -> str:
     return json.dumps(intent, indent=2, ensure_ascii=False) + "\n"
 
 
-def unmatched_scope(scope: Iterable[str], tree: list[str]) -> list[str]:
+class ScopeIndex:
+    """A tree's paths, indexed once: whether a scope entry names any of them costs a set lookup (a wildcard entry,
+    a scan, kept), so a plan of thousands of tasks over a tree of thousands of files stays linear."""
+
+    def __init__(self, tree: list[str]) -> None:
+        self.tree = tree
+        self.paths = set(tree)
+        # every directory above a path: an entry E names it when some path starts with E + "/"
+        self.directories = {path[:at] for path in tree for at, char in enumerate(path) if char == "/"}
+        self._wildcards: dict[str, bool] = {}
+
+    def names_nothing(self, entry: str) -> bool:
+        if "*" in entry or "?" in entry:
+            if entry not in self._wildcards:
+                self._wildcards[entry] = not any(scope_entry_allows(path, entry) for path in self.tree)
+            return self._wildcards[entry]
+        return entry not in self.paths and entry not in self.directories
+
+
+def unmatched_scope(scope: Iterable[str], tree: "list[str] | ScopeIndex") -> list[str]:
     """The scope entries of a task that name no path of `tree` (a typo, or a file the task will create)."""
-    return [entry for entry in scope if not any(scope_entry_allows(path, entry) for path in tree)]
+    index = tree if isinstance(tree, ScopeIndex) else ScopeIndex(tree)
+    return [entry for entry in scope if index.names_nothing(entry)]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lanes_es.domain.authoring import (AuthoringError, check_descriptor, initiative_tasks, new_initiative_text,
                                        shell_syntax, task_intent, unmatched_scope, with_task)
 from lanes_es.domain.descriptor import parse_verification_descriptor
 from lanes_es.domain.initiative_file import parse_local_initiative
-from lanes_es.domain.intent import parse_task_intent
+from lanes_es.domain.intent import parse_task_intent, scope_entry_allows
 
 PATH = "docs/initiatives/g.md"
 
@@ -102,3 +104,15 @@ def test_a_task_that_cannot_be_added_is_refused(task: str, blocked_by: list[str]
 def test_scope_entries_that_match_nothing() -> None:
     tree = ["src/a.py", "docs/guide.md"]
     assert unmatched_scope(["src", "docs/*.md", "src/b.py", "tests"], tree) == ["src/b.py", "tests"]
+
+
+PARTS = st.sampled_from(["src", "a", "b.py", "docs", "x", "", "*", "?.md", "a*"])
+PATHS = st.lists(PARTS.filter(bool), min_size=1, max_size=3).map("/".join)
+ENTRIES = st.one_of(PATHS, st.lists(PARTS, min_size=1, max_size=3).map("/".join), st.sampled_from(["src/", "/", ""]))
+
+
+@given(st.lists(PATHS, max_size=8), st.lists(ENTRIES, max_size=6))
+def test_the_index_agrees_with_matching_every_path(tree, scope) -> None:
+    """The plan indexes HEAD's tree once (4,000 tasks over 4,000 files took seconds scanning the tree per entry)."""
+    expected = [entry for entry in scope if not any(scope_entry_allows(path, entry) for path in tree)]
+    assert unmatched_scope(scope, tree) == expected
