@@ -19,8 +19,8 @@ import pytest
 
 from tests.gitfixtures import run_git
 from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_REFUSED
-from tests.integration.test_user_errors import (  # noqa: F401 - fixtures shared with the user-error tests
-    PROJECT, SLUG, authorized, demo_template, plain_repo, refused, repo, rows,
+from tests.integration.test_user_errors import (  # noqa: F401 - `repo` is a fixture of the user-error tests
+    PROJECT, SLUG, authorized, refused, repo, rows,
 )
 
 ADDRESS_SPACE = 1 << 30  # enough for any command of lanes-es, far too little for a file read whole
