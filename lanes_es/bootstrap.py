@@ -1,7 +1,7 @@
-"""The composition root: the one place that chooses real adapters and wires the service.
+"""The composition root: the one place that chooses real adapters and wires the use cases' ports.
 
-Everything else takes its ports as arguments; tests wire fakes or real adapters the
-same way this module does.
+`bootstrap` gives the `Deps` every use case (lanes_es/usecases/) takes; everything else takes
+its ports as arguments, and tests wire fakes or real adapters the same way this module does.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from lanes_es.adapters.git_dirs import find_checkout
 from lanes_es.adapters.store import EventStore, default_store_url, store_url_from_env
 from lanes_es.domain.ids import format_timestamp
+from lanes_es.errors import ServiceError
 from lanes_es.ports import GitFailure
-from lanes_es.service import LanesService, ServiceError
+from lanes_es.usecases.deps import Deps
 
 if TYPE_CHECKING:
     from lanes_es.domain.repository import RepositoryIdentity
@@ -176,13 +177,14 @@ def _same_repository(repository: Repository, path: str) -> bool:
     return found is not None and found.common_dir.resolve() == repository.common_dir.resolve()
 
 
-def build_service(root: str | os.PathLike[str] = ".", store_url: str | None = None,
-                  clock: Any = system_now, read_only: bool = False) -> LanesService:
+def bootstrap(root: str | os.PathLike[str] = ".", store_url: str | None = None,
+              clock: Any = system_now, read_only: bool = False) -> Deps:
+    """The real ports for a command run in `root`: its checkout, its store (`store_url`, else
+    $LANES_ES_STORE, else the repository's own), the real adapters and `clock`."""
     repository = locate_repository(root)
     try:
         store = open_store(repository, store_url, read_only)
     except GitFailure as error:
         raise ServiceError("store_unavailable", str(error)) from None
-    return LanesService(root=str(repository.root), store=store, adapters=RealAdapters(clock, repository.common_dir),
-                        now=clock,
-                        stats_path=os.environ.get("LANES_ES_STATS"))
+    return Deps(root=str(repository.root), store=store, adapters=RealAdapters(clock, repository.common_dir),
+                now=clock, stats_path=os.environ.get("LANES_ES_STATS"))

@@ -18,6 +18,15 @@ class Refusal(Exception):
     """Refused or bad input: nothing was written but its audit event; the message says what to do next."""
 
 
+class ServiceError(Refusal):
+    """A use case refused (lanes_es/usecases/): `code` is stable, the message says what to do next."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.detail = message
+
+
 @contextmanager
 def naming(path: str | Path) -> Iterator[None]:
     """A write to `path` that fails (a full disk) raises without a file name; give it this one."""

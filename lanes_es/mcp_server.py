@@ -37,13 +37,19 @@ from lanes_es.domain.inputs import (
     InvalidInput, parse_final_verification, parse_lane_instruction, parse_lane_offers, parse_lane_revision,
     parse_max_parallel, resolve_lane_parallel,
 )
-from lanes_es.errors import Refusal
-from lanes_es.service import BatchBusy, Confirmation, LanesService, RetireTarget, ServiceError
+from lanes_es.errors import Refusal, ServiceError
 from lanes_es.tick_input import InstructionInput, LaneOfferInput, RevisionInput
 from lanes_es.projections.timeline import timeline
-from lanes_es.steward.confirmation import (
-    REVISION_DELEGATION_TEXT, authorization_needed, confirmation_text, facts_digest, recorded_max_parallel,
+from lanes_es.usecases.confirmation import BatchOptions, Confirmation, prepare_confirmation
+from lanes_es.usecases.deps import Deps
+from lanes_es.usecases.gate import (
+    REVISION_DELEGATION_TEXT, Answer, authorization_needed, close_gate, confirmation_text, facts_digest,
 )
+from lanes_es.usecases.load import initiative
+from lanes_es.usecases.lock import BatchBusy
+from lanes_es.usecases.retire import RetireTarget, retire as retire_batch, retire_target as read_retire_target
+from lanes_es.usecases.status import recorded_max_parallel
+from lanes_es.usecases.tick import tick as tick_batch
 
 SERVER_NAME = "lanes-es"
 START, RETIRE, STATUS, TIMELINE = "start_unattended_batch", "retire_stale_batch", "batch_status", "batch_timeline"
@@ -54,7 +60,7 @@ BLOCKED = frozenset({"stale_batch_in_flight", "claim_already_active", "batch_sta
 CANCELLED = frozenset({"confirmation_cancelled", "cancelled_before_execution"})
 CORRECT_ARGUMENTS = "Correct the arguments and call {tool} again."
 STORE_RECOVERY = "Tell the user what the reason says about the event store; once it is fixed, call {tool} again."
-# What to do after each refusal of the service, in the words of an MCP host.
+# What to do after each refusal of a use case, in the words of an MCP host.
 RECOVERY = {
     "invalid_slug": "Pass the slug of an Initiative file docs/initiatives/<slug>.md, then call {tool} again.",
     "empty_enrollable_set": "Every task of the Initiative is settled or excluded (`lanes-es plan <slug>` says why); "
@@ -166,26 +172,14 @@ class StartArgs:
     final_verification: list[str] | None
 
 
-@dataclass(frozen=True)
-class Answer:
-    """The user's answer to a gate: accept (with the form's content), decline or cancel."""
-
-    action: str
-    content: dict[str, Any]
-
-    @property
-    def confirmed(self) -> bool:
-        return self.action == "accept" and self.content.get("confirm") is True
-
-
 # ---------------------------------------------------------------- the tools, without MCP
 
 
 class BatchTools:
-    """What each tool does, synchronously, over the service; the MCP layer adds the gate."""
+    """What each tool does, synchronously, over the use cases; the MCP layer adds the gate."""
 
-    def __init__(self, service: LanesService) -> None:
-        self.service = service
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
 
     # ------------------------------------------------------------ start_unattended_batch
 
@@ -197,10 +191,10 @@ class BatchTools:
         instruction = parse_lane_instruction(arguments.get("lane_instruction"))
         revision = parse_lane_revision(arguments.get("lane_revision"))
         final = parse_final_verification(arguments.get("final_verification"))
-        self.service.initiative(slug)  # the slug's own refusal, still before anything is written
+        initiative(self.deps, slug)  # the slug's own refusal, still before anything is written
         max_parallel = resolve_lane_parallel(max_parallel, offers is not None,
                                              instruction is not None or revision is not None,
-                                             recorded_max_parallel(self.service, slug))
+                                             recorded_max_parallel(self.deps, slug))
         return StartArgs(
             slug=slug, max_parallel=max_parallel,
             offers=None if offers is None else [LaneOfferInput(task_id=o.task_id, path=o.path) for o in offers],
@@ -212,17 +206,17 @@ class BatchTools:
             final_verification=final)
 
     def needs_confirmation(self, args: StartArgs) -> bool:
-        return authorization_needed(self.service, args.slug)
+        return authorization_needed(self.deps, args.slug)
 
     def confirmation(self, args: StartArgs, batch_id: str | None = None) -> Confirmation:
-        confirmation = self.service.confirmation(args.slug, max_parallel=args.max_parallel,
-                                                 final_verification=args.final_verification)
+        confirmation = prepare_confirmation(self.deps, args.slug, BatchOptions(
+            max_parallel=args.max_parallel, final_verification=args.final_verification))
         if batch_id is not None and not confirmation.resumes and batch_id.startswith(f"batch-{args.slug}-"):
             confirmation = replace(confirmation, batch_id=batch_id)  # the id the user was shown
         return confirmation
 
     def authorize_command(self, args: StartArgs) -> str:
-        words = ["lanes-es", "--root", self.service.root, "authorize", args.slug]
+        words = ["lanes-es", "--root", self.deps.root, "authorize", args.slug]
         if args.max_parallel is not None:
             words += ["--max-parallel", str(args.max_parallel)]
         for command in args.final_verification or []:
@@ -239,8 +233,8 @@ class BatchTools:
 
     def tick(self, args: StartArgs, confirmed: dict[str, Any] | None = None) -> Outcome:
         try:
-            result = self.service.tick(args.slug, max_parallel=args.max_parallel, offers=args.offers,
-                                       instruction=args.instruction, revision=args.revision)
+            result = tick_batch(self.deps, args.slug, max_parallel=args.max_parallel, offers=args.offers,
+                                instruction=args.instruction, revision=args.revision)
         except BatchBusy as busy:  # an outcome the host can tell from a failure: call again shortly
             return refusal("batch_busy", busy.detail, f"Another tick of this batch is running; call {START} again "
                                                       f"shortly.", outcome="busy", batch_id=busy.batch_id, holder=busy.holder,
@@ -258,20 +252,19 @@ class BatchTools:
         return Outcome({"state": "started", "batch_id": result.batch_id, "report": report, **extra})
 
     def authorize_and_tick(self, args: StartArgs, confirmation: Confirmation, answer: Answer) -> Outcome:
-        delegate = answer.content.get("delegate_in_lane_revisions") is True
-        authorization = self.service.authorize(replace(confirmation, delegate_revisions=delegate))
+        authorization = close_gate(self.deps, confirmation, answer)
         return self.tick(args, {"batch_id": authorization.batch_id, "confirmation_time": authorization.confirmation_time,
-                                "delegate_revisions": delegate})
+                                "delegate_revisions": answer.delegates is True})
 
     # ------------------------------------------------------------ retire_stale_batch
 
     def retire_target(self, arguments: dict[str, Any]) -> RetireTarget:
         """The batch to retire and its record's bytes; every refusal comes here, before the gate opens."""
-        return self.service.retire_target(_slug_argument(arguments))
+        return read_retire_target(self.deps, _slug_argument(arguments))
 
     def retire(self, target: RetireTarget) -> Outcome:
         try:
-            report = self.service.retire(target.slug, target)
+            report = retire_batch(self.deps, target.slug, target)
         except ServiceError as error:
             if error.code != "plan_changed":
                 raise
@@ -283,8 +276,8 @@ class BatchTools:
 
     def status(self, arguments: dict[str, Any]) -> Outcome:
         slug, batch_id = self._batch_of(arguments)
-        batch = self.service.store.batch(batch_id)
-        valid = not authorization_needed(self.service, slug)
+        batch = self.deps.store.batch(batch_id)
+        valid = not authorization_needed(self.deps, slug)
         if batch is None:
             return Outcome({"state": "status", "initiative_slug": slug, "batch_id": batch_id, "batch_state": None,
                             "authorization_valid": valid, "record": None, "report": None})
@@ -294,19 +287,19 @@ class BatchTools:
 
     def timeline(self, arguments: dict[str, Any]) -> Outcome:
         slug, batch_id = self._batch_of(arguments)
-        rows = [msgspec.to_builtins(row) for row in timeline(self.service.store.events(batch_id))]
+        rows = [msgspec.to_builtins(row) for row in timeline(self.deps.store.events(batch_id))]
         return Outcome({"state": "timeline", "initiative_slug": slug, "batch_id": batch_id, "rows": rows})
 
     def _batch_of(self, arguments: dict[str, Any]) -> tuple[str, str]:
         slug = _slug_argument(arguments)
-        initiative = self.service.initiative(slug)
-        batch_ids = initiative.batch_ids() if initiative else []
+        found = initiative(self.deps, slug)
+        batch_ids = found.batch_ids() if found else []
         if not batch_ids:
             raise ServiceError("batch_not_found", f"Initiative {slug} has no batch yet; call {START} with "
                                                   f"max_parallel to confirm and start one")
         wanted = arguments.get("batch_id")
         if wanted is None:
-            current = initiative.current if initiative else None
+            current = found.current if found else None
             return slug, current.batch_id if current else batch_ids[-1]
         if not isinstance(wanted, str) or wanted not in batch_ids:
             raise ServiceError("batch_not_found", f"{wanted!r} is not a batch of Initiative {slug}; its batches: "
@@ -366,8 +359,8 @@ class StateSeal:
 class McpBatchServer:
     """The MCP layer: tool listing, argument dispatch and the user's gate (elicitation)."""
 
-    def __init__(self, service: LanesService, seal: StateSeal | None = None) -> None:
-        self.tools = BatchTools(service)
+    def __init__(self, deps: Deps, seal: StateSeal | None = None) -> None:
+        self.tools = BatchTools(deps)
         self.seal = seal or StateSeal()
 
     def tool_list(self) -> list[Any]:
@@ -441,7 +434,7 @@ class McpBatchServer:
         # After the gate: the facts the user saw must still be the facts (upstream re-checks drift), else
         # refused as upstream refuses after its gate, never asked again.
         again = self.tools.confirmation(args, seen["batch_id"])
-        moved = moved_since_gate(seen, again, self.tools.service.root)
+        moved = moved_since_gate(seen, again, self.tools.deps.root)
         if moved is None and not self.tools.needs_confirmation(args):
             moved = ("plan_changed", f"Initiative {args.slug} was confirmed by another call after native "
                                      f"confirmation; nothing was recorded")
@@ -462,7 +455,7 @@ class McpBatchServer:
         answer = await self.ask(ctx, params, RETIRE_KEY, message, confirm_schema(False), seen)
         if isinstance(answer, str):
             return refusal("confirmation_port_unavailable", f"{answer}; nothing was retired",
-                           f"If the user confirms, run `{shlex.join(['lanes-es', '--root', self.tools.service.root, 'retire', slug, '--yes'])}` "
+                           f"If the user confirms, run `{shlex.join(['lanes-es', '--root', self.tools.deps.root, 'retire', slug, '--yes'])}` "
                            f"in the coordinator.", batch_id=batch_id)
         if not isinstance(answer, Answer):
             return answer
@@ -549,18 +542,18 @@ def _result(outcome: Outcome) -> Any:
 # ---------------------------------------------------------------- serving
 
 
-def build_server(service: LanesService) -> Any:
+def build_server(deps: Deps) -> Any:
     from mcp.server.lowlevel import Server
 
-    batch_server = McpBatchServer(service)
+    batch_server = McpBatchServer(deps)
     return Server(SERVER_NAME, version=_version(), instructions=INSTRUCTIONS,
                   on_list_tools=batch_server.list_tools, on_call_tool=batch_server.call_tool)
 
 
-async def serve_stdio(service: LanesService) -> None:
+async def serve_stdio(deps: Deps) -> None:
     from mcp.server.stdio import stdio_server
 
-    server = build_server(service)
+    server = build_server(deps)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
@@ -606,10 +599,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError:
         raise ServiceError("mcp_sdk_missing", "the MCP Python SDK 2.x is not installed; install it with "
                                               "`pip install 'lanes-es[mcp]'` (or `pip install 'mcp>=2'`)") from None
-    from lanes_es.cli.main import service_of
+    from lanes_es.cli.main import deps_of
 
-    service = service_of(args)
-    anyio.run(serve_stdio, service)
+    anyio.run(serve_stdio, deps_of(args))
     return 0
 
 

@@ -33,7 +33,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
       the server, so nothing is shared between tests).
 
     It also sets `LANES_ES_STORE` to that URL, so everything the test starts finds the store
-    without passing it: `build_service`/`Engine.create`, `lanes_es.cli.main.main`, the MCP server and
+    without passing it: `bootstrap`/`Engine.create`, `lanes_es.cli.main.main`, the MCP server and
     `lanes-es` subprocesses. Use it by asking for it, or for a whole module that goes through
     the service: `pytestmark = pytest.mark.usefixtures("store_url")`. Test ids gain
     `[sqlite]` / `[postgresql]`; `-k sqlite` runs one backend only.

@@ -23,6 +23,10 @@ from lanes_es.tick_input import LaneOfferInput
 from tests.gitfixtures import (
     add_lane, intent_json, make_repo, passing_descriptor, run_git, write_file,
 )
+from lanes_es.usecases.authorize import authorize
+from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
+from lanes_es.usecases.load import active_batch
+from lanes_es.usecases.tick import tick
 
 SLUG = "initiative-slug"
 
@@ -63,31 +67,31 @@ class Engine:
     root: str
     lanes_dir: Path
     tasks: dict[str, Task]
-    service: Any
+    deps: Any
     slug: str = SLUG
 
     @classmethod
     def create(cls, tmp_path: Path, tasks: dict[str, Task], *, slug: str = SLUG, files: dict[str, str] | None = None,
                store_url: str | None = None) -> "Engine":
-        from lanes_es.bootstrap import build_service
+        from lanes_es.bootstrap import bootstrap
 
         intents = {task_id: intent_json(task_id, task.scope, verification=task.verification or passing_descriptor(),
                                         risk=task.risk)
                    for task_id, task in tasks.items()}
         all_files = {f"docs/initiatives/{slug}.md": initiative_markdown(tasks), **(files or {})}
         root = make_repo(tmp_path / "repo", intents=intents, files=all_files)
-        service = build_service(root, store_url, clock=SteppingClock())
-        return cls(root=root, lanes_dir=tmp_path / "lanes", tasks=tasks, service=service, slug=slug)
+        deps = bootstrap(root, store_url, clock=SteppingClock())
+        return cls(root=root, lanes_dir=tmp_path / "lanes", tasks=tasks, deps=deps, slug=slug)
 
     # ------------------------------------------------------------ the user and the Parent
 
     def authorize(self, max_parallel: int = 1, **options: Any) -> str:
-        confirmation = self.service.confirmation(self.slug, max_parallel=max_parallel, **options)
-        return self.service.authorize(confirmation).batch_id
+        confirmation = prepare_confirmation(self.deps, self.slug, BatchOptions(max_parallel=max_parallel, **options))
+        return authorize(self.deps, confirmation).batch_id
 
     def tick(self, offers: dict[str, str] | None = None, **inputs: Any) -> dict[str, Any]:
         offered = [LaneOfferInput(task_id=task, path=path) for task, path in (offers or {}).items()]
-        return self.service.tick(self.slug, offers=offered, **inputs).report
+        return tick(self.deps, self.slug, offers=offered, **inputs).report
 
     # ------------------------------------------------------------ the steward
 
@@ -115,13 +119,13 @@ class Engine:
     def submit(self, task_id: str) -> None:
         from lanes_es.adapters.kernel import ReferenceKernel
 
-        ReferenceKernel(clock=self.service.now).submit(self.lane(task_id), task_id)
+        ReferenceKernel(clock=self.deps.now).submit(self.lane(task_id), task_id)
 
     # ------------------------------------------------------------ reading
 
     @property
     def batch(self) -> Any:
-        return self.service.active_batch(self.slug)
+        return active_batch(self.deps, self.slug)
 
     def states(self) -> list[str]:
         return [child["state"] for child in self.batch.record["children"]]

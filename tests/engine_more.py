@@ -28,6 +28,9 @@ from lanes_es.tick_input import TickInput
 from lanes_es.projections.batch import documents_of, materialize
 from tests.engine import Engine, Task
 from tests.gitfixtures import descriptor, run_git
+from lanes_es.usecases.authorize import authorize
+from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
+from lanes_es.usecases.tick import tick
 
 # coreutils' `test` starts faster than python3, and every QA run and integration rerun spawns it
 PASSES = descriptor(["-n", "ok"], executable="test")
@@ -48,7 +51,7 @@ def make_engine(tmp_path: Path, tasks: dict[str, Task], **options: Any) -> Engin
 
 def kernel(engine: Engine) -> ReferenceKernel:
     """The reference kernel as the Executor's `lanes-es task ...` commands use it."""
-    return ReferenceKernel(clock=engine.service.now)
+    return ReferenceKernel(clock=engine.deps.now)
 
 
 # ---------------------------------------------------------------- the steward and the Parent
@@ -63,24 +66,24 @@ def enroll(engine: Engine, *task_ids: str) -> dict[str, Any]:
 
 def confirm_again(engine: Engine, **options: Any) -> Any:
     """A fresh literal-user confirmation of the Initiative's batch (the same batch id)."""
-    confirmation = engine.service.confirmation(engine.slug, **options)
-    return engine.service.authorize(confirmation)
+    confirmation = prepare_confirmation(engine.deps, engine.slug, BatchOptions(**options))
+    return authorize(engine.deps, confirmation)
 
 
 def tick_result(engine: Engine, **inputs: Any) -> Any:
-    """service.tick's TickResult (the report and whether anything was written)."""
-    return engine.service.tick(engine.slug, **inputs)
+    """The tick use case's TickResult (the report and whether anything was written)."""
+    return tick(engine.deps, engine.slug, **inputs)
 
 
 def run_tick(engine: Engine, tick: TickInput, batch: LaneBatch | None) -> TickOutcome:
     """The real tick over the real ports, saving as the service saves, for a hand-made input."""
-    service = engine.service
+    deps = engine.deps
 
     def persist(live: LaneBatch) -> None:
-        service.store.save(live)
-        materialize(service.root, documents_of(live))
+        deps.store.save(live)
+        materialize(deps.root, documents_of(live))
 
-    return run_lane_batch(tick, batch, service.adapters.tick_ports(service.root, engine.slug), persist)
+    return run_lane_batch(tick, batch, deps.adapters.tick_ports(deps.root, engine.slug), persist)
 
 
 def correction_rounds_then_park(engine: Engine, task_id: str) -> dict[str, Any]:

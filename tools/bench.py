@@ -82,26 +82,29 @@ def _repository(root: Path, count: int, intent: Callable[[int, str], str] | None
 
 def measure(count: int, repeat: int, workdir: Path) -> dict[str, Any]:
     from lanes_es.tick_input import LaneOfferInput
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
+    from lanes_es.usecases.authorize import authorize
+    from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
+    from lanes_es.usecases.tick import tick
 
     repo = workdir / f"repo-{count}"
     base = _repository(repo, count)
-    service = build_service(repo)
-    confirmation = service.confirmation("bench", max_parallel=count)
-    service.authorize(confirmation)
-    service.tick("bench")
+    deps = bootstrap(repo)
+    confirmation = prepare_confirmation(deps, "bench", BatchOptions(max_parallel=count))
+    authorize(deps, confirmation)
+    tick(deps, "bench")
     offers = []
     for index in range(count):
         task_id = f"task-{index:03d}"
         lane = workdir / f"lanes-{count}" / task_id
         git(str(repo), "worktree", "add", "-q", "-b", f"imm-lane/bench/{task_id}", str(lane), base)
         offers.append(LaneOfferInput(task_id=task_id, path=str(lane)))
-    service.tick("bench", offers=offers)
+    tick(deps, "bench", offers=offers)
     spawns, seconds = [], []
     for _ in range(repeat):
         STATS.reset()
         started = time.perf_counter()
-        report = service.tick("bench").report
+        report = tick(deps, "bench").report
         seconds.append(time.perf_counter() - started)
         spawns.append(STATS.spawns)
         assert report["batch_state"] == "running", report["reason"]
@@ -112,7 +115,7 @@ def measure(count: int, repeat: int, workdir: Path) -> dict[str, Any]:
     STATS.reset()
     lanes.inspect_lane(str(repo), offers[0].path)
     inspect = STATS.spawns
-    service.store.close()
+    deps.store.close()
     return {"lanes": count, "spawns_per_tick": max(spawns), "target": 2 * count + 4,
             "spawns_per_inspect_lane": inspect, "tick_seconds_median": round(statistics.median(seconds), 4),
             "tick_seconds_max": round(max(seconds), 4)}

@@ -34,42 +34,46 @@ def measure(size: int, repeat: int, workdir: Path) -> dict[str, Any]:
     from lanes_es.adapters.signing_key import load_signer
     from lanes_es.audit.anchor import anchor_log
     from tools.bench import _repository
-    from lanes_es.bootstrap import build_service, locate_repository
+    from lanes_es.bootstrap import bootstrap, locate_repository
+    from lanes_es.usecases.authorize import authorize
+    from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
+    from lanes_es.usecases.load import initiative
+    from lanes_es.usecases.tick import tick
 
     repo = workdir / f"repo-{size}"
     _repository(repo, 1)
-    service = build_service(repo)
-    service.authorize(service.confirmation("bench", max_parallel=1))
-    service.tick("bench")
-    batch_id = service.initiative("bench").current.batch_id
+    deps = bootstrap(repo)
+    authorize(deps, prepare_confirmation(deps, "bench", BatchOptions(max_parallel=1)))
+    tick(deps, "bench")
+    batch_id = initiative(deps, "bench").current.batch_id
     common = locate_repository(repo).common_dir
     anchor = GitAnchor(anchored_dir(common))
-    batch = service.store.batch(batch_id)
+    batch = deps.store.batch(batch_id)
     while batch.version < size - 1:  # audit-only events: a log of the size asked, nothing else changes
         batch.note_drift("2026-01-01T00:00:00.000Z", "bench")
         if batch.version % 200 == 0:
-            service.store.save(batch)
-    service.store.save(batch)
+            deps.store.save(batch)
+    deps.store.save(batch)
     spawns, seconds, in_git, incremental = [], [], [], 0
     load_signer(common)  # the key and `cryptography` once, as a process pays them once
     for _ in range(repeat):
         batch.note_drift("2026-01-01T00:00:00.000Z", "bench")  # the tick's new event
-        service.store.save(batch)
+        deps.store.save(batch)
         STATS.reset()
         started = time.perf_counter()
         result = anchor_log(anchor, str(repo), batch_id, batch.version,
-                            lambda after: service.store.stored_events(batch_id, after), lambda: load_signer(common))
+                            lambda after: deps.store.stored_events(batch_id, after), lambda: load_signer(common))
         seconds.append(time.perf_counter() - started)
         spawns.append(STATS.spawns)
         in_git.append(STATS.seconds)
         incremental += bool(result is not None and result.incremental)
     STATS.reset()
     started = time.perf_counter()
-    quiet = anchor_log(anchor, str(repo), batch_id, batch.version, lambda after: service.store.stored_events(batch_id, after),
+    quiet = anchor_log(anchor, str(repo), batch_id, batch.version, lambda after: deps.store.stored_events(batch_id, after),
                        lambda: load_signer(common))
     quiet_seconds, quiet_spawns = time.perf_counter() - started, STATS.spawns
     assert quiet is None
-    service.store.close()
+    deps.store.close()
     return {"events": batch.version, "spawns_per_checkpoint": max(spawns),
             "checkpoint_seconds_median": round(statistics.median(seconds), 4),
             "checkpoint_seconds_max": round(max(seconds), 4),

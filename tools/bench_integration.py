@@ -143,7 +143,7 @@ class Probe:
 
 
 @contextmanager
-def probing(service: Any) -> Iterator[Probe]:
+def probing(deps: Any) -> Iterator[Probe]:
     """Time the tick's QA and integration steps and count the checks they run (this process only)."""
     import lanes_es.adapters.qa as qa_adapter
     from lanes_es.tick import integrate as integrate_step
@@ -180,27 +180,32 @@ def probing(service: Any) -> Iterator[Probe]:
 
 def measure(mode: str, count: int, seconds: float, verify_workers: int | None, failing: int | None,
             workdir: Path) -> dict[str, Any]:
-    from lanes_es.steward.run import run_autopilot
-    from lanes_es.bootstrap import build_service
+    from lanes_es.steward.run import AutopilotOptions, run_autopilot
+    from lanes_es.bootstrap import bootstrap
+    from lanes_es.usecases.authorize import authorize
+    from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
+    from lanes_es.usecases.load import active_batch
 
     repo, lanes, barrier = workdir / f"{mode}-{count}" / "repo", workdir / f"{mode}-{count}" / "lanes", \
         workdir / f"{mode}-{count}" / "barrier"
     make_repository(repo, count, seconds, failing)
     barrier.mkdir(parents=True)
-    service = build_service(repo)
-    confirmation = service.confirmation(SLUG, max_parallel=count, **_mode_options(mode, verify_workers or count))
-    service.authorize(confirmation)
+    deps = bootstrap(repo)
+    confirmation = prepare_confirmation(deps, SLUG, BatchOptions(max_parallel=count,
+                                                                 **_mode_options(mode, verify_workers or count)))
+    authorize(deps, confirmation)
     lines: list[str] = []
-    with probing(service) as probe:
+    with probing(deps) as probe:
         began = time.perf_counter()
-        code = run_autopilot(service, SLUG, count, lanes, executor_argv(barrier, count), yes=True,
-                             out=lines.append, poll=0.05)
+        options = AutopilotOptions(batch=BatchOptions(max_parallel=count), lanes_dir=lanes,
+                                   executor=executor_argv(barrier, count), yes=True, poll=0.05)
+        code = run_autopilot(deps, SLUG, options, out=lines.append)
         total = time.perf_counter() - began
-    batch = service.active_batch(SLUG)
+    batch = active_batch(deps, SLUG)
     record = batch.record if batch is not None else {"children": []}
     integrated = [c["task_id"] for c in record["children"] if c["state"] in ("integrated", "released")]
     parked = sorted((c["task_id"], c["reason"]) for c in record["children"] if c["state"] == "needs_human")
-    service.store.close()
+    deps.store.close()
     if code not in (0, 3):
         raise RuntimeError(f"the autopilot stopped with exit {code}: " + " | ".join(lines[-5:]))
     return {

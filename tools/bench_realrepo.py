@@ -356,8 +356,10 @@ def first_check_noted(probe: Any, timeline: Timeline) -> Iterator[None]:
 
 def run_lanes(workdir: Path, sdist: Path, case: str, mode: str | None, verify_workers: int | None,
               poll: float) -> dict[str, Any]:
-    from lanes_es.bootstrap import build_service
-    from lanes_es.steward.run import run_autopilot
+    from lanes_es.bootstrap import bootstrap
+    from lanes_es.steward.run import AutopilotOptions, run_autopilot
+    from lanes_es.usecases.confirmation import BatchOptions
+    from lanes_es.usecases.load import active_batch
     from tools.bench_integration import probing
 
     planned = tasks(case)
@@ -365,21 +367,21 @@ def run_lanes(workdir: Path, sdist: Path, case: str, mode: str | None, verify_wo
     make_base(repo, sdist, planned)
     barrier.mkdir(parents=True)
     argv = executor_argv(case, barrier, len(planned))
-    service = build_service(repo)
+    deps = bootstrap(repo)
     lines: list[str] = []
     timeline = Timeline()
     spawns = STATS.spawns
-    options = {key: value for key, value in (("integration", mode), ("verify_workers", verify_workers))
-               if value is not None}
-    with probing(service) as probe, first_check_noted(probe, timeline):
+    options = AutopilotOptions(batch=BatchOptions(max_parallel=len(planned), integration=mode,
+                                                  verify_workers=verify_workers),
+                               lanes_dir=lanes, executor=argv, yes=True, poll=poll)
+    with probing(deps) as probe, first_check_noted(probe, timeline):
         began = time.perf_counter()
-        code = run_autopilot(service, SLUG, len(planned), lanes, argv, yes=True, out=lines.append, poll=poll,
-                             **options)
+        code = run_autopilot(deps, SLUG, options, out=lines.append)
         wall = time.perf_counter() - began
     spawned = STATS.spawns - spawns
-    batch = service.active_batch(SLUG)
+    batch = active_batch(deps, SLUG)
     record = batch.record if batch is not None else {"children": []}
-    service.store.close()
+    deps.store.close()
     if code not in (0, 3):
         raise RuntimeError(f"the autopilot stopped with exit {code}: " + " | ".join(lines[-5:]))
     integrated = [c["task_id"] for c in record["children"] if c["state"] in ("integrated", "released")]

@@ -162,9 +162,9 @@ def _raw_rows(url: str, table: str, batch_id: str) -> Any:
 
 
 def rebuild_check(store: Any, root: Path, batch_id: str) -> None:
-    from lanes_es.service import LanesService
+    from lanes_es.usecases.rebuild import rebuild
 
-    LanesService(root=str(root), store=store, adapters=None, now=lambda: "").rebuild([batch_id], check=True)
+    rebuild(store, root, [batch_id], check=True)
 
 
 def replay_json(store: Any, batch_id: str) -> None:

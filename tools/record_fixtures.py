@@ -53,6 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 from unittest import mock
+from lanes_es.usecases.authorize import authorize
+from lanes_es.usecases.confirmation import prepare_confirmation
+from lanes_es.usecases.retire import retire
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "logs"
 WORKDIR = Path("/tmp/lanes-es-fixture-runs")
@@ -165,9 +168,9 @@ def record_parked(work: Path) -> Recording:
         expect(report["batch_state"] == "needs_human", f"parked batch is {report['batch_state']}")
         expect(states == {"alpha": "integrated", "breaker": "needs_human", "conflict": "needs_human",
                           "dependent": "skipped_blocked", "disjoint": "integrated"}, f"children {states}")
-        return read_recording(Path(engine.root), engine.service.store, engine.batch.id)
+        return read_recording(Path(engine.root), engine.deps.store, engine.batch.id)
     finally:
-        engine.service.store.close()
+        engine.deps.store.close()
 
 
 def record_resumed(work: Path) -> Recording:
@@ -190,7 +193,7 @@ def record_resumed(work: Path) -> Recording:
         engine.submit("task-a")
         report = engine.tick()
         expect(report["batch_state"] == "needs_human", f"parked on the correction limit, not {report['batch_state']}")
-        engine.service.authorize(engine.service.confirmation(engine.slug))  # the user's fresh confirmation
+        authorize(engine.deps, prepare_confirmation(engine.deps, engine.slug))  # the user's fresh confirmation
         report = engine.tick()
         expect(report["batch_state"] == "running" and engine.states() == ["enrolled", "pending"], "resumed")
         engine.deliver("task-a", "a.txt", "a\n")
@@ -199,9 +202,9 @@ def record_resumed(work: Path) -> Recording:
         engine.deliver("task-b", "b.txt", "b\n")
         report = engine.tick()
         expect(report["batch_state"] == "completed", f"completed, not {report['batch_state']}")
-        return read_recording(Path(engine.root), engine.service.store, engine.batch.id)
+        return read_recording(Path(engine.root), engine.deps.store, engine.batch.id)
     finally:
-        engine.service.store.close()
+        engine.deps.store.close()
 
 
 def record_intervened(work: Path) -> Recording:
@@ -228,12 +231,12 @@ def record_intervened(work: Path) -> Recording:
         report = engine.tick()
         expect(report["batch_state"] == "needs_human", f"parked, not {report['batch_state']}")
         expect(engine.states() == ["integrated", "needs_human"], f"children {engine.states()}")
-        retired = engine.service.retire(engine.slug)
+        retired = retire(engine.deps, engine.slug)
         expect(retired["batch_state"] == "superseded", f"retired, not {retired['batch_state']}")
         batch_id = retired["batch_id"]
-        return read_recording(Path(engine.root), engine.service.store, batch_id)
+        return read_recording(Path(engine.root), engine.deps.store, batch_id)
     finally:
-        engine.service.store.close()
+        engine.deps.store.close()
 
 
 def user_commit(engine: Any, path: str, content: str) -> None:

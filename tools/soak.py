@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from lanes_es.adapters.git import git, git_ok
+from lanes_es.usecases.authorize import authorize
+from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
+from lanes_es.usecases.load import active_batch, initiative
+from lanes_es.usecases.tick import tick
 
 TASKS_PER_BATCH = 2
 
@@ -68,20 +72,20 @@ class Worker:
         self.batches = batches
         self.lanes_dir = lanes_dir
         self.random = random.Random(seed)
-        self.services: dict[str, Any] = {}
+        self.deps_by_root: dict[str, Any] = {}
         self.log = WorkerLog()
 
-    def service(self, root: str) -> Any:
-        if root not in self.services:
-            self.services[root] = _open_service(root, self.store_url)
-        return self.services[root]
+    def deps(self, root: str) -> Any:
+        if root not in self.deps_by_root:
+            self.deps_by_root[root] = _open_deps(root, self.store_url)
+        return self.deps_by_root[root]
 
     def current_slug(self, repo_index: int) -> str | None:
         """The repository's first Initiative whose batch has not completed."""
-        service = self.service(self.repos[repo_index])
+        deps = self.deps(self.repos[repo_index])
         for batch_index in range(self.batches):
             slug = slug_of(repo_index, batch_index)
-            batch = service.active_batch(slug)
+            batch = active_batch(deps, slug)
             if batch is None or batch.batch_state != "completed":
                 return slug
         return None
@@ -92,16 +96,16 @@ class Worker:
         if slug is None:
             return
         root = self.repos[repo_index]
-        service = self.service(root)
-        self.authorize(service, slug)
-        report = self.tick(service, slug, offers={})
+        deps = self.deps(root)
+        self.authorize(deps, slug)
+        report = self.tick(deps, slug, offers={})
         if report is None:
             return
         offers = self.steward(root, slug, report)
         if offers:
-            self.tick(service, slug, offers=offers)
+            self.tick(deps, slug, offers=offers)
 
-    def authorize(self, service: Any, slug: str) -> None:
+    def authorize(self, deps: Any, slug: str) -> None:
         """The literal user's yes, once per Initiative: two confirmations of an Initiative whose batch
         has not ticked yet would mint two batch ids (the second one current), so the workers agree
         under a lock of their own, as one person at one terminal would."""
@@ -109,15 +113,15 @@ class Worker:
 
         with open(self.lanes_dir.parent / f"authorize-{slug}.lock", "a+") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
-            initiative = service.initiative(slug)
-            if initiative is None or initiative.current is None:
-                service.authorize(service.confirmation(slug, max_parallel=TASKS_PER_BATCH))
+            found = initiative(deps, slug)
+            if found is None or found.current is None:
+                authorize(deps, prepare_confirmation(deps, slug, BatchOptions(max_parallel=TASKS_PER_BATCH)))
 
-    def tick(self, service: Any, slug: str, offers: dict[str, str]) -> dict[str, Any] | None:
+    def tick(self, deps: Any, slug: str, offers: dict[str, str]) -> dict[str, Any] | None:
         from lanes_es.tick_input import LaneOfferInput
 
         try:
-            result = service.tick(slug, offers=[LaneOfferInput(task_id=task, path=path) for task, path in offers.items()])
+            result = tick(deps, slug, offers=[LaneOfferInput(task_id=task, path=path) for task, path in offers.items()])
         except Exception as error:  # noqa: BLE001
             if _is_busy(error):
                 self.log.busy += 1
@@ -128,7 +132,7 @@ class Worker:
             self.log.busy += 1
             return None
         self.log.ticks += 1
-        batch = service.store.batch(report["batch_id"])
+        batch = deps.store.batch(report["batch_id"])
         if batch is not None:
             self.log.kept.append((batch.id, batch.version, batch.last_digest))
         if report["batch_state"] not in ("running", "completed"):
@@ -164,15 +168,15 @@ class Worker:
         return offers
 
 
-def _open_service(root: str, store_url: str, attempts: int = 10) -> Any:
-    """build_service, again when another process was making the PostgreSQL tables at the same instant
+def _open_deps(root: str, store_url: str, attempts: int = 10) -> Any:
+    """bootstrap, again when another process was making the PostgreSQL tables at the same instant
     (eventsourcing's CREATE ... IF NOT EXISTS and CREATE OR REPLACE FUNCTION race there)."""
     from lanes_es.adapters.store import StoreError
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
 
     for attempt in range(attempts):
         try:
-            return build_service(root, store_url)
+            return bootstrap(root, store_url)
         except StoreError as error:
             if attempt == attempts - 1 or not any(text in str(error) for text in ("concurrently", "duplicate key")):
                 raise
@@ -192,8 +196,8 @@ def _work(store_url: str, repos: list[str], batches: int, lanes_dir: str, seed: 
         for _ in range(rounds):
             worker.round()
     finally:
-        for service in worker.services.values():
-            service.store.close()
+        for deps in worker.deps_by_root.values():
+            deps.store.close()
     return {"ticks": worker.log.ticks, "busy": worker.log.busy, "races": worker.log.races, "kept": worker.log.kept}
 
 
@@ -218,7 +222,7 @@ def run_soak(store_url: str, workdir: Path, *, repos: int = 5, batches: int = 10
              rounds: int = 40, seed: int = 12) -> SoakResult:
     roots = [make_repository(workdir / f"repo-{index}", index, batches) for index in range(repos)]
     lanes_dir = workdir / "lanes"
-    _open_service(roots[0], store_url).store.close()  # the tables exist before the workers start
+    _open_deps(roots[0], store_url).store.close()  # the tables exist before the workers start
     started = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         logs = pool.starmap(_work, [(store_url, roots, batches, str(lanes_dir), seed + worker, rounds)

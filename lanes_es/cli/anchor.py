@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from lanes_es.service import EXIT_OK, ServiceError
+from lanes_es.errors import ServiceError
+from lanes_es.exit_codes import EXIT_OK
 
 PROOF_FORMAT = "lanes-es/inclusion-proof/v1"
 

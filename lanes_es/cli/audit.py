@@ -27,7 +27,7 @@ from lanes_es.audit.verify import Finding, VerifyReport, verify_batch, verify_ex
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.errors import naming
 from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK
-from lanes_es.service import ServiceError
+from lanes_es.errors import ServiceError
 from lanes_es.projections.audit_html import render_audit_html
 from lanes_es.projections.timeline import AnchorMarks, TimelineRow
 from lanes_es.cli.anchor import AnchorOptions, anchor_marks

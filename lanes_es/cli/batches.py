@@ -12,7 +12,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from lanes_es.service import ServiceError
+from lanes_es.errors import ServiceError
 
 EXIT_DRIFT = 1
 
@@ -60,16 +60,16 @@ def _summaries(args: argparse.Namespace) -> list[Any]:
     """The read model's lines; on a store this user cannot write, or none yet, folded from the log in memory
     (writes nothing)."""
     from lanes_es.adapters.read_model import fold_from_scratch, select_lines
-    from lanes_es.cli.main import service_of
+    from lanes_es.cli.main import deps_of
 
-    service = service_of(args, read_only=True)
+    store = deps_of(args, read_only=True).store
     try:
-        if not service.store.writable:
-            return select_lines(list(fold_from_scratch(service.store).values()), args.state, args.repo)
-        with _read_model(service.store) as model:
+        if not store.writable:
+            return select_lines(list(fold_from_scratch(store).values()), args.state, args.repo)
+        with _read_model(store) as model:
             return model.summaries(state=args.state, repository=args.repo)
     finally:
-        service.store.close()
+        store.close()
 
 
 # ---------------------------------------------------------------- rebuild --all
@@ -92,14 +92,16 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
         yield update
 
 
-def rebuild_all(service: Any, check: bool, out: Any = None) -> int:
+def rebuild_all(deps: Any, check: bool, out: Any = None) -> int:
     """Every batch's projections and the read model against the log; exit 1 when anything drifted."""
+    from lanes_es.usecases.rebuild import rebuild
+
     out = out or sys.stdout
-    batch_ids = service.store.batch_ids()
+    batch_ids = deps.store.batch_ids()
     drifted = False
     with progress_bar("projections") as update:
         for done, batch_id in enumerate(batch_ids, start=1):
-            items = service.rebuild([batch_id], check=check)[batch_id]
+            items = rebuild(deps.store, deps.root, [batch_id], check=check)[batch_id]
             drifted = drifted or bool(items)
             if check:
                 out.write(f"{batch_id}: " + ("; ".join(items) if items else "no drift") + "\n")
@@ -107,8 +109,8 @@ def rebuild_all(service: Any, check: bool, out: Any = None) -> int:
                 out.write(f"{batch_id}: " + (f"rewrote {', '.join(items)}" if items else "already matches the log")
                           + "\n")
             update(done, len(batch_ids))
-    if service.store.url != "memory:":
-        drifted = _read_model_drift(service.store, check, out) or drifted
+    if deps.store.url != "memory:":
+        drifted = _read_model_drift(deps.store, check, out) or drifted
     return EXIT_DRIFT if drifted else 0
 
 

@@ -111,7 +111,7 @@ def make_repository(root: Path) -> None:
 
 def refuse_used_directory(base: Path, *inside: Path) -> None:
     """The demo makes its repository and Lanes only in new places: it never writes over a user's files."""
-    from lanes_es.service import ServiceError
+    from lanes_es.errors import ServiceError
 
     if base.exists() and not base.is_dir():
         raise ServiceError("invalid_demo_dir", f"--dir {base} is a file; name a new or empty directory")
@@ -162,19 +162,23 @@ def make_only(directory: str | None, max_parallel: int = 3, out: Callable[[str],
 
 def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], None] = print) -> int:
     """Make the repository, then let the autopilot play Parent, steward and (scripted) Executor to the end."""
-    from lanes_es.steward.run import run_autopilot
+    from lanes_es.steward.run import AutopilotOptions, run_autopilot
     from lanes_es.cli.main import main as cli
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
+    from lanes_es.usecases.confirmation import BatchOptions
+    from lanes_es.usecases.load import active_batch
 
     base, repo, lanes = demo_places(directory)
     make_repository(repo)
     out(f"demo repository: {repo}")
     out(f"Initiative docs/initiatives/{SLUG}.md: {len(TASKS)} tasks; guide-intro and guide-usage share "
         f"docs/guide.md, so they run one after the other")
-    service = build_service(repo)
-    code = run_autopilot(service, SLUG, max_parallel, lanes, example_executor(), yes=True, out=out,
-                         executor_env={"LANES_ES_EXECUTOR_HINT": json.dumps(executor_hints())})
-    batch = service.active_batch(SLUG)
+    deps = bootstrap(repo)
+    options = AutopilotOptions(batch=BatchOptions(max_parallel=max_parallel), lanes_dir=lanes,
+                               executor=example_executor(), yes=True,
+                               executor_env={"LANES_ES_EXECUTOR_HINT": json.dumps(executor_hints())})
+    code = run_autopilot(deps, SLUG, options, out=out)
+    batch = active_batch(deps, SLUG)
     if code != 0 or batch is None or batch.batch_state != "completed":
         out(f"the batch did not complete (exit {code})")
         return code or 3

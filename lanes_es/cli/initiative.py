@@ -150,11 +150,12 @@ def _add_task(args: argparse.Namespace) -> int:
 
 def _running_batch(args: argparse.Namespace) -> str | None:
     """The Initiative's batch that is not settled yet, if the store has one (no store: none)."""
-    from lanes_es.cli.main import service_of
+    from lanes_es.cli.main import deps_of
     from lanes_es.domain.record import is_terminal
+    from lanes_es.usecases.load import active_batch
 
     try:
-        batch = service_of(args, read_only=True).active_batch(args.slug)
+        batch = active_batch(deps_of(args, read_only=True), args.slug)
     except (Refusal, OSError):
         return None
     return batch.id if batch is not None and not is_terminal(batch.batch_state) else None

@@ -17,7 +17,7 @@ from lanes_es.exit_codes import EXIT_FINDING, EXIT_NEEDS_PERSON, EXIT_OK, EXIT_R
 from lanes_es.cli.errors import run_guarded
 
 if TYPE_CHECKING:
-    from lanes_es.service import LanesService
+    from lanes_es.usecases.deps import Deps
 
 DESCRIPTION = """\
 Run an Initiative's tasks in parallel git worktrees (Lanes) and integrate each onto the
@@ -58,7 +58,7 @@ COMMAND_MODULES: dict[str, tuple[str, str]] = {
     "mcp": ("lanes_es.mcp_server", "serve the engine over MCP stdio (needs the mcp extra)"),
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--root", "--store")
-DEFAULT_TICK_WAIT = 5.0  # lanes_es.service.DEFAULT_LOCK_WAIT, not imported so that building the parser stays cheap
+DEFAULT_TICK_WAIT = 5.0  # usecases.lock.DEFAULT_LOCK_WAIT, not imported so that building the parser stays cheap
 SLUG_HELP = "the Initiative: docs/initiatives/SLUG.md"
 ROOT_HELP = "the coordinator checkout (default: the current directory)"
 STORE_HELP = ("event store URL: a SQLite path, sqlite:///PATH, postgresql://USER@HOST:PORT/DB or memory: "
@@ -223,11 +223,12 @@ def _not_installed(name: str) -> int:
                   f"there, and run `lanes-es {name}` in it")
 
 
-def service_of(args: argparse.Namespace, read_only: bool = False) -> LanesService:
-    """The service on the store of --store; `read_only` for a command that writes nothing (works on a read-only store)."""
-    from lanes_es.bootstrap import build_service
+def deps_of(args: argparse.Namespace, read_only: bool = False) -> Deps:
+    """The use cases' ports on the store of --store; `read_only` for a command that writes nothing (works on a
+    read-only store)."""
+    from lanes_es.bootstrap import bootstrap
 
-    return build_service(args.root, args.store, read_only=read_only)
+    return bootstrap(args.root, args.store, read_only=read_only)
 
 
 def _print(data: Any, as_json: bool, text: Callable[[Any], str]) -> None:
@@ -247,11 +248,13 @@ def _add_plan(commands: Any) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    service = service_of(args, read_only=True)
-    plan = service.plan(args.slug)
+    from lanes_es.usecases.plan import plan as plan_of
+
+    deps = deps_of(args, read_only=True)
+    plan = plan_of(deps, args.slug)
     printable = {key: value for key, value in plan.items() if key != "enrollable"}
     printable["enrollable"] = [child.plain() for child in plan["enrollable"]]
-    printable["unmatched_scope"] = _unmatched_scope(str(service.root), plan["children"])
+    printable["unmatched_scope"] = _unmatched_scope(str(deps.root), plan["children"])
     _print(printable, args.json, _plan_text)
     return 0
 
@@ -348,29 +351,32 @@ def positive_int(text: str) -> int:
     return value
 
 
-def _authorize(args: argparse.Namespace) -> int:
+def batch_options(args: argparse.Namespace) -> Any:
+    """The confirmation options of `authorize` and `run` as one value (lanes_es/usecases/confirmation.py)."""
     from lanes_es.domain.inputs import parse_final_verification
-    from lanes_es.service import ServiceError
+    from lanes_es.usecases.confirmation import BatchOptions
 
-    service = service_of(args)
     final = parse_final_verification(args.final_verification) if args.final_verification else None
-    confirmation = service.confirmation(args.slug, max_parallel=args.max_parallel, max_children=args.max_children,
-                                        qa_failure_limit=args.qa_failure_limit, final_verification=final,
-                                        delegate_revisions=args.delegate_revisions, integration=args.integration,
-                                        verify_workers=args.verify_workers, flake_reruns=args.flake_reruns)
+    return BatchOptions(max_parallel=args.max_parallel, max_children=getattr(args, "max_children", None),
+                        qa_failure_limit=getattr(args, "qa_failure_limit", None), final_verification=final,
+                        delegate_revisions=args.delegate_revisions, integration=args.integration,
+                        verify_workers=args.verify_workers, flake_reruns=args.flake_reruns)
+
+
+def _authorize(args: argparse.Namespace) -> int:
+    from lanes_es.usecases.gate import QUESTION, ask_on_terminal, pass_gate
+
+    def ask(confirmation: Any) -> Any:
+        """The gate on this terminal: the facts as JSON, then the question (stdin a terminal), or --yes."""
+        for task_id, text in confirmation.plan.get("intent_errors", {}).items():
+            print(f"lanes-es: {task_id} is excluded: {text}", file=sys.stderr)
+        if args.yes:
+            return ask_on_terminal(QUESTION, True, None)
+        print(json.dumps(confirmation.facts(), indent=2), file=sys.stdout if sys.stdin.isatty() else sys.stderr)
+        return ask_on_terminal(QUESTION, False, input if sys.stdin.isatty() else None)
+
+    confirmation, authorization = pass_gate(deps_of(args), args.slug, batch_options(args), ask)
     facts = confirmation.facts()
-    for task_id, text in confirmation.plan.get("intent_errors", {}).items():
-        print(f"lanes-es: {task_id} is excluded: {text}", file=sys.stderr)
-    if not args.yes:
-        if not sys.stdin.isatty():
-            print(json.dumps(facts, indent=2), file=sys.stderr)
-            raise ServiceError("confirmation_port_unavailable",
-                               "no terminal to ask on; review the facts above and run again with --yes")
-        print(json.dumps(facts, indent=2))
-        answer = input("Confirm this batch as the literal user? [y/N] ").strip().lower()
-        if answer not in ("y", "yes"):
-            raise ServiceError("confirmation_declined", "nothing was recorded")
-    authorization = service.authorize(confirmation)
     if args.json:
         # the batch recorded: another coordinator's, when it confirmed the very same facts first
         print(json.dumps({**facts, "batch_id": authorization.batch_id,
@@ -461,10 +467,11 @@ def _tick(args: argparse.Namespace) -> int:
         offers.append({"task_id": task_id, "path": os.path.abspath(path) if path else path})
     inputs = parse_tick_inputs(max_parallel, offers or None, _json_argument(args.instruction, "lane_instruction"),
                                _json_argument(args.revision, "lane_revision"))
-    from lanes_es.service import BatchBusy
+    from lanes_es.usecases.lock import BatchBusy
+    from lanes_es.usecases.tick import tick
 
     try:
-        result = service_of(args).tick(args.slug, executor_runtime=args.executor_runtime, wait=args.wait, **inputs)
+        result = tick(deps_of(args), args.slug, executor_runtime=args.executor_runtime, wait=args.wait, **inputs)
     except BatchBusy as busy:
         if not args.json:
             raise
@@ -566,19 +573,21 @@ def _add_status(commands: Any) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from lanes_es.service import ServiceError
+    from lanes_es.usecases.status import status
 
-    service = service_of(args, read_only=True)
+    deps = deps_of(args, read_only=True)
+    batch_id = None
     if args.batch:
         from lanes_es.cli.batch_ref import resolve_batch_id
 
-        batch = service.batch(resolve_batch_id(service.store, args.batch))
-    elif args.slug:
-        batch = service.active_batch(args.slug)
-        if batch is None:
-            return _status_not_started(service, args.slug, args.json)
-    else:
-        raise ServiceError("invalid_input", "name an Initiative SLUG or --batch ID")
+        batch_id = resolve_batch_id(deps.store, args.batch)
+    found = status(deps, args.slug, batch_id)
+    batch = found.batch
+    if batch is None:  # authorized but not ticked yet: the batch id exists, its record not yet
+        _print(found.not_started, args.json, lambda f: f"batch {f['batch_id']}: authorized, not started yet "
+                                                       f"({len(f['children'])} children, max_parallel "
+                                                       f"{f['max_parallel']})\nnext: {f['next_action']}")
+        return EXIT_OK
     from lanes_es.projections.attempts import attempts_json, attempts_lines
 
     record = batch.record
@@ -589,25 +598,6 @@ def _status(args: argparse.Namespace) -> int:
     text = report or {**record, "reason": None, "handoffs": []}
     shown = {**record, "executor_attempts": attempts_json(runs)} if runs.attempts and args.json else record
     _print(shown, args.json, lambda r: "\n".join([report_text(text), integration_text(batch), *attempts_lines(runs)]))
-    return EXIT_OK
-
-
-def _status_not_started(service: LanesService, slug: str, as_json: bool) -> int:
-    """Authorized but not ticked yet: the batch id exists, its record not yet (the first tick starts it)."""
-    from lanes_es.service import ServiceError
-
-    initiative = service.initiative(slug)
-    current = initiative.current if initiative else None
-    if current is None:
-        raise ServiceError("batch_not_found", f"Initiative {slug} has no batch yet; "
-                                              f"run `lanes-es authorize {slug}` then `lanes-es tick {slug}`")
-    facts = {"initiative_slug": slug, "batch_id": current.batch_id, "batch_state": "authorized",
-             "base_head": current.base_head, "max_parallel": current.max_parallel,
-             "children": [child.task_id for child in current.children],
-             "next_action": f"run `lanes-es tick {slug}` to start the batch"}
-    _print(facts, as_json, lambda f: f"batch {f['batch_id']}: authorized, not started yet "
-                                     f"({len(f['children'])} children, max_parallel {f['max_parallel']})\n"
-                                     f"next: {f['next_action']}")
     return EXIT_OK
 
 
@@ -630,8 +620,8 @@ def _add_flakes(commands: Any) -> None:
 def _flakes(args: argparse.Namespace) -> int:
     from lanes_es.projections.flakes import flaky_checks
 
-    service = service_of(args, read_only=True)
-    rows = flaky_checks((batch_id, service.store.events(batch_id)) for batch_id in service.store.batch_ids())
+    store = deps_of(args, read_only=True).store
+    rows = flaky_checks((batch_id, store.events(batch_id)) for batch_id in store.batch_ids())
     _print(rows, args.json, lambda found: "\n".join(
         f"{row['check']}: passed on a rerun {row['passed_on_rerun']} time(s) in {len(row['batches'])} batch(es), "
         f"last {row['batches'][-1]}" for row in found) or "no check passed only on a rerun")
@@ -652,7 +642,8 @@ def _add_rebuild(commands: Any) -> None:
 
 
 def _rebuild(args: argparse.Namespace) -> int:
-    from lanes_es.service import ServiceError
+    from lanes_es.errors import ServiceError
+    from lanes_es.usecases.rebuild import rebuild
 
     if args.from_export:
         from lanes_es.audit.export import ExportError, rebuild_from_export
@@ -665,18 +656,18 @@ def _rebuild(args: argparse.Namespace) -> int:
         for path in written:
             print(f"wrote {path}")
         return 0
-    service = service_of(args, read_only=args.check)
+    deps = deps_of(args, read_only=args.check)
     if args.all:
         from lanes_es.cli.batches import rebuild_all
 
-        return rebuild_all(service, check=args.check)
+        return rebuild_all(deps, check=args.check)
     if args.batch_id:
         from lanes_es.cli.batch_ref import resolve_batch_id
 
-        batch_ids = [resolve_batch_id(service.store, args.batch_id)]
+        batch_ids = [resolve_batch_id(deps.store, args.batch_id)]
     else:
         raise ServiceError("invalid_input", "name a BATCH (its Initiative's slug or its id) or pass --all")
-    results = service.rebuild(batch_ids, check=args.check)
+    results = rebuild(deps.store, deps.root, batch_ids, check=args.check)
     drifted = False
     for batch_id, items in results.items():
         if args.check:
@@ -698,16 +689,15 @@ def _add_retire(commands: Any) -> None:
 
 
 def _retire(args: argparse.Namespace) -> int:
-    from lanes_es.service import ServiceError
+    from lanes_es.usecases.gate import ask_on_terminal, require_confirmed
+    from lanes_es.usecases.retire import retire, retire_target
 
-    service = service_of(args)
-    target = service.retire_target(args.slug)  # refusals before the gate; the record's bytes for the CAS
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise ServiceError("confirmation_port_unavailable", "no terminal to ask on; run again with --yes")
-        if input(f"Retire batch {target.batch_id} of {args.slug}? [y/N] ").strip().lower() not in ("y", "yes"):
-            raise ServiceError("confirmation_declined", "nothing was retired")
-    report = service.retire(args.slug, target)
+    deps = deps_of(args)
+    target = retire_target(deps, args.slug)  # refusals before the gate; the record's bytes for the CAS
+    answer = ask_on_terminal(f"Retire batch {target.batch_id} of {args.slug}? [y/N] ", args.yes,
+                             input if sys.stdin.isatty() else None, "no terminal to ask on; run again with --yes")
+    require_confirmed(answer, "nothing was retired")
+    report = retire(deps, args.slug, target)
     _print(report, args.json, lambda retired: _retired_text(args.slug, retired))
     return 0
 

@@ -108,10 +108,9 @@ def _seconds_up_to(most: float, zero: bool = False) -> Callable[[str], float]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from lanes_es.domain.inputs import parse_final_verification
-    from lanes_es.service import ServiceError
-    from lanes_es.steward.run import run_autopilot
-    from lanes_es.cli.main import service_of
+    from lanes_es.errors import ServiceError
+    from lanes_es.steward.run import AutopilotOptions, run_autopilot
+    from lanes_es.cli.main import batch_options, deps_of
 
     try:
         argv = shlex.split(args.executor)
@@ -121,17 +120,15 @@ def _run(args: argparse.Namespace) -> int:
         argv[0] = os.path.abspath(argv[0])
     lanes_dir = os.path.abspath(args.lanes_dir)
     refuse_unusable_run(argv, Path(lanes_dir))
-    final = parse_final_verification(args.final_verification) if args.final_verification else None
-    return run_autopilot(service_of(args), args.slug, args.max_parallel, lanes_dir, argv, args.yes,
-                         poll=args.poll, final_verification=final, delegate_revisions=args.delegate_revisions,
-                         json_lines=args.json, wait=args.wait, integration=args.integration,
-                         verify_workers=args.verify_workers, flake_reruns=args.flake_reruns,
-                         attempt_seconds=args.executor_timeout)
+    options = AutopilotOptions(batch=batch_options(args), lanes_dir=lanes_dir, executor=argv, yes=args.yes,
+                               poll=args.poll, wait=args.wait, json_lines=args.json,
+                               attempt_seconds=args.executor_timeout)
+    return run_autopilot(deps_of(args), args.slug, options)
 
 
 def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
     """What would only fail after the batch is confirmed and Lanes are made is refused before anything is written."""
-    from lanes_es.service import ServiceError
+    from lanes_es.errors import ServiceError
 
     if not argv:
         raise ServiceError("invalid_executor", "--executor is empty; name the command each Lane's Executor runs")
@@ -173,7 +170,7 @@ def _probe_lanes_dir(lanes_dir: Path, existing: Path) -> None:
     allow but the file system refuses (/proc, a read-only mount, a full disk) is refused before any confirmation."""
     import tempfile
 
-    from lanes_es.service import ServiceError
+    from lanes_es.errors import ServiceError
 
     made = [parent for parent in [lanes_dir, *lanes_dir.parents] if parent not in (existing, *existing.parents)]
     try:

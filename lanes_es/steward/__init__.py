@@ -12,6 +12,5 @@ It stops with a summary (`summary.py`) when the batch completes, parks (needs_hu
 of budget, fails, is rejected, asks for a coordinator's correction, or can make no more progress.
 The runtime never makes or removes a worktree; only this package does (docs/architecture.md).
 
-Nothing is imported here, so that a command needing one module (the MCP server needs only the
-confirmation) does not pay for the others.
+Nothing is imported here, so that a command needing one module does not pay for the others.
 """

@@ -15,7 +15,7 @@ import time
 from typing import Callable
 
 from lanes_es.adapters.steward_lease import LeaseHolder, StewardLeases, new_holder
-from lanes_es.service import ServiceError
+from lanes_es.errors import ServiceError
 
 LEASE_SECONDS = 30.0
 RENEW_SECONDS = 10.0

@@ -20,7 +20,6 @@ from lanes_es.adapters.files import read_capped_text
 from lanes_es.adapters.store import StoreConflict, StoreOutage
 from lanes_es.domain.record import IN_FLIGHT
 from lanes_es.ports import GitFailure
-from lanes_es.service import LanesService, TickResult
 from lanes_es.steward.attempts import AttemptLog, ended_text
 from lanes_es.steward.executors import Executors
 from lanes_es.steward.lanes import Steward, StewardRefusal
@@ -29,6 +28,9 @@ from lanes_es.steward.feed import BatchFeed, subjects
 from lanes_es.steward.progress import Board, Progress, Row, note_item, steward_item
 from lanes_es.steward.summary import exit_code, summary_lines
 from lanes_es.tick_input import LaneOfferInput
+from lanes_es.usecases.deps import Deps
+from lanes_es.usecases.load import current_authorization
+from lanes_es.usecases.tick import TickResult, tick as tick_batch
 
 # While a tick runs, its new events are read this often (a long integration round tells its candidates).
 WATCH_SECONDS = 0.5
@@ -37,7 +39,7 @@ T = TypeVar("T")
 
 @dataclass
 class Autopilot:
-    service: LanesService
+    deps: Deps
     slug: str
     max_parallel: int
     steward: Steward
@@ -113,11 +115,11 @@ class Autopilot:
 
     def follow_current_batch(self) -> None:
         """Follow the batch this run goes on with, from its newest event: a resumed run tells only what is new."""
-        initiative = self.through_outages(lambda: self.service.initiative(self.slug))
-        if self.feed is None or initiative is None or initiative.current is None:
+        current = self.through_outages(lambda: current_authorization(self.deps, self.slug))
+        if self.feed is None or current is None:
             return
-        batch_id = initiative.current.batch_id
-        batch = self.through_outages(lambda: self.service.store.batch(batch_id))
+        batch_id = current.batch_id
+        batch = self.through_outages(lambda: self.deps.store.batch(batch_id))
         already = batch.version if batch is not None else 0
         self.feed.follow(batch_id, after=already)
         if already:
@@ -156,8 +158,8 @@ class Autopilot:
         while True:
             try:
                 with self.watching():
-                    result = self.through_outages(lambda: self.service.tick(self.slug, max_parallel=self.max_parallel,
-                                                                            offers=offers))
+                    result = self.through_outages(lambda: tick_batch(self.deps, self.slug,
+                                                                     max_parallel=self.max_parallel, offers=offers))
                 if result.report.get("outcome") != "busy":
                     return result
                 why = str(result.report.get("reason") or "another tick holds the batch")
@@ -275,8 +277,8 @@ class Autopilot:
 
     def intent_text(self, handoff: dict[str, Any]) -> str:
         """The task's TaskIntent as its Lane holds it, at the path the plan recorded."""
-        initiative = self.through_outages(lambda: self.service.initiative(self.slug))
-        children = initiative.current.children if initiative and initiative.current else []
+        current = self.through_outages(lambda: current_authorization(self.deps, self.slug))
+        children = current.children if current else []
         relative = next((c.intent_path for c in children if c.task_id == handoff["task_id"] and c.intent_path),
                         f"docs/plans/{handoff['task_id']}.intent.json")
         try:

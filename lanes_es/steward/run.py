@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from lanes_es.adapters.steward_lease import LeaseHolder, StewardLeases
 from lanes_es.adapters.processes import reap_abandoned_once
-from lanes_es.service import EXIT_OK, EXIT_REJECTED, LanesService, ServiceError
-from lanes_es.steward.confirmation import confirm_on_terminal
+from lanes_es.errors import ServiceError
+from lanes_es.exit_codes import EXIT_OK, EXIT_REFUSED
 from lanes_es.steward.attempts import AttemptLog, Record
 from lanes_es.steward.executors import DEFAULT_ATTEMPT_SECONDS, EXECUTOR_LOGS, Executors, ExecutorUnavailable
 from lanes_es.steward.lanes import Steward
@@ -19,36 +20,58 @@ from lanes_es.steward.lease import LeaseLost, StewardBusy, StewardLease
 from lanes_es.steward.loop import Autopilot
 from lanes_es.steward.feed import BatchFeed
 from lanes_es.steward.progress import Guarded, JsonProgress, LineProgress, Out, Progress, note_item, steward_item
+from lanes_es.usecases.confirmation import BatchOptions
+from lanes_es.usecases.deps import Deps
+from lanes_es.usecases.gate import QUESTION, ask_on_terminal, authorization_needed, confirmation_text, pass_gate
+from lanes_es.usecases.load import active_batch
 
 
-def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir: str | os.PathLike[str],
-                  executor_argv: list[str], yes: bool, out: Out = print, *, poll: float = 1.0,
-                  live: bool | None = None, ask: Callable[[str], str] | None = None,
-                  executor_env: Mapping[str, str] | None = None, final_verification: list[str] | None = None,
-                  delegate_revisions: bool = False, json_lines: bool = False, wait: float = 0.0,
-                  leases: StewardLeases | None = None, integration: str | None = None,
-                  verify_workers: int | None = None, flake_reruns: int | None = None,
-                  attempt_seconds: int = DEFAULT_ATTEMPT_SECONDS) -> int:
-    """Run the Initiative's batch to the end; the exit code of `lanes-es run`.
+@dataclass(frozen=True)
+class AutopilotOptions:
+    """What `lanes-es run` is asked: the batch's confirmation options, where Lanes go, the Executor, and how
+    the run waits, asks and tells.
 
-    `out` receives every line. `live` draws a live board on the terminal (default: when `out`
-    is `print` and stdout is a terminal); `json_lines` makes every line a JSON object instead.
-    `ask` puts the confirmation question (default: `input` when stdin is a terminal; with
-    neither, only `yes` can confirm). Another autopilot on the Initiative (its steward lease, in
-    the store) refuses this one, or is waited for up to `wait` seconds; `leases` defaults to the
-    store's own. `executor_env` is added to
-    every Executor's environment (the demo passes LANES_ES_EXECUTOR_HINT this way). An
-    `executor_argv` of one adapter name (claude-code, codex, opencode) runs that agent, each of its
+    `batch.max_parallel` is required. `yes` confirms without asking. `poll` is how often running
+    Executors are looked at; `wait` how long to wait for another autopilot of the Initiative (its
+    steward lease, in the store) before refusing. `json_lines` makes every line a JSON object; `live`
+    draws a live board on the terminal (None: when `out` is `print` and stdout is a terminal).
+    `executor_env` is added to every Executor's environment (the demo passes LANES_ES_EXECUTOR_HINT).
+    An `executor` of one adapter name (claude-code, codex, opencode) runs that agent, each of its
     attempts ended after `attempt_seconds`.
     """
-    if not executor_argv:
+
+    batch: BatchOptions
+    lanes_dir: str | os.PathLike[str]
+    executor: list[str]
+    yes: bool = False
+    poll: float = 1.0
+    wait: float = 0.0
+    json_lines: bool = False
+    live: bool | None = None
+    executor_env: Mapping[str, str] | None = None
+    attempt_seconds: int = DEFAULT_ATTEMPT_SECONDS
+
+
+def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = print, *,
+                  ask: Callable[[str], str] | None = None, leases: StewardLeases | None = None) -> int:
+    """Run the Initiative's batch to the end; the exit code of `lanes-es run`.
+
+    `out` receives every line. `ask` puts the confirmation question (default: `input` when stdin
+    is a terminal; with neither, only `options.yes` can confirm). `leases` defaults to the store's own.
+    """
+    if not options.executor:
         raise ServiceError("invalid_executor", "the Executor command is empty; pass --executor CMD")
     reap_abandoned_once()  # the checks and trees an autopilot killed before this one left behind
-    lanes = Path(lanes_dir).resolve()
-    root = Path(service.root).resolve()
+    max_parallel = options.batch.max_parallel
+    if max_parallel is None:
+        raise ServiceError("invalid_input", "the autopilot needs max_parallel; pass --max-parallel N")
+    lanes = Path(options.lanes_dir).resolve()
+    root = Path(deps.root).resolve()
     if lanes == root or root in lanes.parents:
         raise ServiceError("invalid_lanes_dir", f"{lanes} is inside the coordinator checkout {root}; Lanes there make "
                                                 f"it dirty: choose a directory outside it, for example {root.parent / 'lanes'}")
+    json_lines = options.json_lines
+    live = options.live
     if live is None:
         live = out is print and sys.stdout.isatty() and not json_lines
     if ask is None and sys.stdin.isatty():
@@ -62,37 +85,36 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
         progress.tell(steward_item("refused", text, reason=code, **facts))
 
     def waiting_for(holder: LeaseHolder) -> None:
-        progress.tell(steward_item("lease_waited", f"waiting up to {wait:g}s for the autopilot that holds Initiative "
-                                   f"{slug}: {holder.describe()}", **holder_facts(holder)))
+        progress.tell(steward_item("lease_waited", f"waiting up to {options.wait:g}s for the autopilot that holds "
+                                   f"Initiative {slug}: {holder.describe()}", **holder_facts(holder)))
 
-    lease = StewardLease(leases or StewardLeases(service.store.url), slug)
+    lease = StewardLease(leases or StewardLeases(deps.store.url), slug)
 
-    executors = executors_for(executor_argv, service.root, lanes / EXECUTOR_LOGS, executor_env, attempt_seconds)
-    autopilot = Autopilot(service=service, slug=slug, max_parallel=max_parallel, steward=Steward(service.root, lanes),
-                          executors=executors, progress=progress, poll=poll, feed=BatchFeed(service.store), lease=lease,
-                          attempts=AttemptLog(executors, attempt_recorder(service), service.store.batch))
+    executors = executors_for(options.executor, deps.root, lanes / EXECUTOR_LOGS, options.executor_env,
+                              options.attempt_seconds)
+    autopilot = Autopilot(deps=deps, slug=slug, max_parallel=max_parallel, steward=Steward(deps.root, lanes),
+                          executors=executors, progress=progress, poll=options.poll, feed=BatchFeed(deps.store),
+                          lease=lease, attempts=AttemptLog(executors, attempt_recorder(deps), deps.store.batch))
     try:
-        lease.take(wait, waiting_for)
-        confirm_on_terminal(service, slug, max_parallel, yes, note, ask,
-                            final_verification=final_verification, delegate_revisions=delegate_revisions,
-                            integration=integration, verify_workers=verify_workers, flake_reruns=flake_reruns)
+        lease.take(options.wait, waiting_for)
+        confirm_batch(deps, slug, options, note, ask)
         return autopilot.run()
     except ExecutorUnavailable as error:
         refuse("executor_unavailable", f"lanes-es run: {error}")
         autopilot.wait_for_all()
-        return EXIT_REJECTED
+        return EXIT_REFUSED
     except StewardBusy as error:
         refuse(error.code, f"lanes-es run: {error.detail}", **holder_facts(error.holder))
-        return EXIT_REJECTED
+        return EXIT_REFUSED
     except LeaseLost as error:  # the autopilot that took over adopts the Executors by their pid files
         refuse(error.code, f"lanes-es run: {error.detail}")
-        return EXIT_REJECTED
+        return EXIT_REFUSED
     except ServiceError as error:
         autopilot.wait_for_all()
         if error.code == "empty_enrollable_set":
-            return nothing_to_run(service, slug, note)
+            return nothing_to_run(deps, slug, note)
         refuse(error.code, f"lanes-es run: {error}")
-        return EXIT_REJECTED
+        return EXIT_REFUSED
     except KeyboardInterrupt:
         progress.close()
         progress.tell(steward_item("interrupted", interrupted_text(autopilot.executors.running),
@@ -101,6 +123,20 @@ def run_autopilot(service: LanesService, slug: str, max_parallel: int, lanes_dir
     finally:
         lease.give_back()
         progress.close()
+
+
+def confirm_batch(deps: Deps, slug: str, options: AutopilotOptions, out: Out,
+                  ask: Callable[[str], str] | None) -> None:
+    """The gate, when no authorization lets the batch run now: the facts told, the question put (or --yes)."""
+    if not authorization_needed(deps, slug):
+        return
+
+    def ask_here(confirmation: Any) -> Any:
+        out(confirmation_text(confirmation.facts(), with_delegation=options.batch.delegate_revisions))
+        return ask_on_terminal(QUESTION, options.yes, ask)
+
+    confirmation, _ = pass_gate(deps, slug, options.batch, ask_here)
+    out(f"confirmed {confirmation.batch_id} (max_parallel {confirmation.max_parallel})")
 
 
 def executors_for(argv: list[str], root: str, logs: Path, extra_env: Mapping[str, str] | None,
@@ -121,12 +157,13 @@ def executors_for(argv: list[str], root: str, logs: Path, extra_env: Mapping[str
     return Executors([program], root, logs, extra_env=extra_env, agent=agent, attempt_seconds=attempt_seconds)
 
 
-def attempt_recorder(service: LanesService) -> Record:
+def attempt_recorder(deps: Deps) -> Record:
     """Each attempt's facts, recorded in the batch's log under its lock, then the checkpoint brought up to it."""
     from lanes_es.executor_log import record_executor_facts
+    from lanes_es.usecases.save import anchor
 
-    return lambda batch_id, change: record_executor_facts(service.store, service.now, batch_id, change,
-                                                          after_save=service._anchor)
+    return lambda batch_id, change: record_executor_facts(deps.store, deps.now, batch_id, change,
+                                                          after_save=lambda batch: anchor(deps, deps.root, batch))
 
 
 def holder_facts(holder: LeaseHolder) -> dict[str, Any]:
@@ -173,13 +210,13 @@ def still_working(process: Any) -> bool:
     return False
 
 
-def nothing_to_run(service: LanesService, slug: str, out: Out) -> int:
+def nothing_to_run(deps: Deps, slug: str, out: Out) -> int:
     """Every task is settled: 0 when the Initiative's last batch completed (running again is harmless)."""
-    batch = service.active_batch(slug)
+    batch = active_batch(deps, slug)
     if batch is not None and batch.batch_state == "completed":
         out(f"lanes-es run: nothing to run: batch {batch.id} of Initiative {slug} completed and no task is left; "
             f"add tasks to docs/initiatives/{slug}.md to run a new batch")
         return EXIT_OK
     out(f"lanes-es run: Initiative {slug} has no enrollable task; `lanes-es plan {slug}` shows why each is excluded")
-    return EXIT_REJECTED
+    return EXIT_REFUSED
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from lanes_es.service import EXIT_OK, EXIT_REJECTED, EXIT_STOPPED
+from lanes_es.exit_codes import EXIT_NEEDS_PERSON, EXIT_OK, EXIT_REFUSED
 
 if TYPE_CHECKING:
     from lanes_es.steward.loop import Autopilot
@@ -41,10 +41,10 @@ def exit_code(report: dict[str, Any]) -> int:
     from lanes_es.domain.next_steps import failed_final_verification
 
     if report["batch_state"] == "completed":
-        return EXIT_STOPPED if failed_final_verification(report) else EXIT_OK
+        return EXIT_NEEDS_PERSON if failed_final_verification(report) else EXIT_OK
     if report["batch_state"] == "rejected":
-        return EXIT_REJECTED
-    return EXIT_STOPPED
+        return EXIT_REFUSED
+    return EXIT_NEEDS_PERSON
 
 
 def kept_lines(autopilot: Autopilot, report: dict[str, Any]) -> list[str]:

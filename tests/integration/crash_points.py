@@ -47,6 +47,10 @@ from lanes_es.projections.batch import documents_of, drift
 from tests.conftest import STORE_BACKENDS, backend_store
 from tests.engine import SLUG, SteppingClock, Task, initiative_markdown
 from tests.gitfixtures import descriptor, git_out, intent_json, make_repo, run_git, write_file
+from lanes_es.usecases.authorize import authorize
+from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
+from lanes_es.usecases.load import initiative
+from lanes_es.usecases.tick import tick
 
 # Descriptors run coreutils' `test`, not python3: the run is repeated once per call, so each spawn counts.
 PASSES = descriptor(["-n", "ok"], executable="test")
@@ -120,20 +124,20 @@ class CrashingKernel:
 
 def build_engine(root: str, store: str, plan: CrashPlan, clock: SteppingClock) -> Any:
     """A new engine instance, as a restarted process would make, with the crash plan wired in."""
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
 
-    service = build_service(root, store, clock=clock)
-    real_ports = service.adapters.tick_ports
-    service.adapters.tick_ports = lambda r, s: _with_kernel(real_ports(r, s), plan)  # type: ignore[method-assign]
-    real_save = service.store.save
+    deps = bootstrap(root, store, clock=clock)
+    real_ports = deps.adapters.tick_ports
+    deps.adapters.tick_ports = lambda r, s: _with_kernel(real_ports(r, s), plan)  # type: ignore[method-assign]
+    real_save = deps.store.save
 
     def save(*aggregates: Any) -> int:
         try:
             return real_save(*aggregates)
         finally:
             plan.called("store.save")
-    service.store.save = save  # type: ignore[method-assign]
-    return service
+    deps.store.save = save  # type: ignore[method-assign]
+    return deps
 
 
 def _with_kernel(ports: Any, plan: CrashPlan) -> Any:
@@ -159,11 +163,11 @@ def make_template(base: Path, mode: str, store: str | None) -> Template:
 
 
 def confirm(root: str, store: str | None, mode: str, clock: SteppingClock | None = None) -> None:
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
 
-    service = build_service(root, store, clock=clock or SteppingClock())
-    service.authorize(service.confirmation(SLUG, max_parallel=3, integration=mode, verify_workers=2))
-    service.store.close()
+    deps = bootstrap(root, store, clock=clock or SteppingClock())
+    authorize(deps, prepare_confirmation(deps, SLUG, BatchOptions(max_parallel=3, integration=mode, verify_workers=2)))
+    deps.store.close()
 
 
 @contextmanager
@@ -230,16 +234,16 @@ def run_batch(root: str, store: str | None, lanes: Path, crash_at: int | None) -
     git_runner.SPAWN_OBSERVERS.append(observer)
     try:
         for _ in range(MAX_TICKS):
-            service = build_engine(root, store, plan, clock)
+            deps = build_engine(root, store, plan, clock)
             plan.arm()
             try:
-                report = service.tick(SLUG, offers=[LaneOfferInput(task_id=t, path=p) for t, p in offers.items()]).report
+                report = tick(deps, SLUG, offers=[LaneOfferInput(task_id=t, path=p) for t, p in offers.items()]).report
             except SimulatedCrash:
                 offers = {}
                 continue
             finally:
                 plan.armed = False
-                service.store.close()
+                deps.store.close()
             if report["batch_state"] not in ("running", "rejected"):
                 return plan, report
             offers = act_on_handoffs(root, lanes, report, clock)
@@ -285,20 +289,20 @@ def report_base(root: str) -> str:
 def check_log(root: str, store: str | None) -> None:
     """The chain holds, every prefix of the log folds to a valid record, the files equal the rebuild,
     and the signed checkpoint on the batch's ref covers the whole log with an attestation per integration."""
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
 
-    service = build_service(root, store)
+    deps = bootstrap(root, store)
     try:
-        batch_id = service.initiative(SLUG).current.batch_id
-        events = service.store.events(batch_id)
+        batch_id = initiative(deps, SLUG).current.batch_id
+        events = deps.store.events(batch_id)
         assert verify_chain(events) == []
         for version in range(1, len(events) + 1):
             record = fold_record(events[:version])
             validate_record(record, batch_id)
-        assert drift(root, documents_of(service.store.batch(batch_id))) == []
-        check_anchor_holds(root, batch_id, service.store.stored_events(batch_id), events)
+        assert drift(root, documents_of(deps.store.batch(batch_id))) == []
+        check_anchor_holds(root, batch_id, deps.store.stored_events(batch_id), events)
     finally:
-        service.store.close()
+        deps.store.close()
 
 
 def check_anchor_holds(root: str, batch_id: str, rows: list[Any], events: list[Any]) -> None:

@@ -77,9 +77,9 @@ def calls(tmp_path: Path, task: str) -> list[dict[str, Any]]:
 
 
 def events_of(repo: str, batch_id: str) -> list[Any]:
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
 
-    return build_service(repo, read_only=True).store.events(batch_id)
+    return bootstrap(repo, read_only=True).store.events(batch_id)
 
 
 @pytest.mark.parametrize("agent", ADAPTER_NAMES)

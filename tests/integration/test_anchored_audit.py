@@ -245,20 +245,20 @@ def test_a_checkpoint_costs_two_spawns_and_a_stale_writer_changes_nothing(demo, 
     from lanes_es.adapters.git import STATS
     from lanes_es.adapters.signing_key import load_signer
     from lanes_es.audit.anchor import AnchorRefused, anchor_log
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
 
     repo = copy_of(demo, tmp_path)
     batch_id = demo[1]
-    service = build_service(repo)
+    deps = bootstrap(repo)
     try:
-        batch = service.store.batch(batch_id)
+        batch = deps.store.batch(batch_id)
         batch.note_drift("2026-01-01T00:00:00.000Z", "an audit-only event, as a tick appends")
-        service.store.save(batch)
+        deps.store.save(batch)
         anchor = GitAnchor(repo / ".git/lanes-es/anchored")
         stale_parent = git_out(repo, "rev-parse", ref(batch_id))
         STATS.reset()
         result = anchor_log(anchor, str(repo), batch_id, batch.version,
-                            lambda after: service.store.stored_events(batch_id, after),
+                            lambda after: deps.store.stored_events(batch_id, after),
                             lambda: load_signer(repo / ".git"))
         assert STATS.spawns == 2  # one read, one fast-import
         assert result is not None and result.size == batch.version and result.attestations == 0
@@ -268,7 +268,7 @@ def test_a_checkpoint_costs_two_spawns_and_a_stale_writer_changes_nothing(demo, 
         assert git_out(repo, "rev-parse", ref(batch_id)) == moved
         assert git_out(repo, "status", "--porcelain") == ""  # no working tree or index touched
     finally:
-        service.store.close()
+        deps.store.close()
 
 
 def store_leaves(repo: Path, batch_id: str) -> list[bytes]:
@@ -369,19 +369,19 @@ def test_events_saved_by_a_tick_that_died_before_its_checkpoint_are_a_note_until
                                                                                                 capsys):
     """The store holds events no checkpoint covers, and this machine's kept state is the ref's: the next
     tick anchors them from that state (reading only the events after it)."""
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
 
     repo = copy_in_place(demo, tmp_path)
     batch_id = demo[1]
     signed_size = int(git_out(repo, "show", f"{ref(batch_id)}:checkpoint").splitlines()[1])
-    service = build_service(repo)
+    deps = bootstrap(repo)
     try:
-        batch = service.store.batch(batch_id)
+        batch = deps.store.batch(batch_id)
         for _ in range(2):
             batch.note_drift("2026-01-01T00:00:00.000Z", "events of a tick killed before its checkpoint")
-        service.store.save(batch)
+        deps.store.save(batch)
     finally:
-        service.store.close()
+        deps.store.close()
     code, out = cli(capsys, repo, "verify", batch_id)
     assert code == 0, out
     assert f"note: checkpoint behind by 2 events (it covers {signed_size} of {signed_size + 2}" in out

@@ -55,7 +55,7 @@ def test_a_batch_on_either_store_is_anchored_and_a_cut_store_is_found(backend, t
     engine = Engine.create(tmp_path, {"a": Task(["a.txt"])}, store_url=backend[1])
     batch_id = engine.authorize()
     report = engine.run_to_end({"a": ("a.txt", "a\n")})
-    engine.service.store.close()
+    engine.deps.store.close()
     assert report["batch_state"] == "completed"
     size = int(git_out(engine.root, "show", f"refs/lanes-es/checkpoints/{batch_id}:checkpoint").splitlines()[1])
     assert main(["--root", engine.root, "--store", backend[1], "verify", batch_id]) == 0

@@ -58,7 +58,7 @@ def attestations(engine: Engine) -> dict[str, dict[str, Any]]:
 
 def recorded(engine: Engine, kind: type, key: str) -> dict[str, Any]:
     """The events of `kind` in the batch's log, by `key` (a later one wins)."""
-    return {getattr(event, key): event for event in engine.service.store.events(engine.batch.id)
+    return {getattr(event, key): event for event in engine.deps.store.events(engine.batch.id)
             if isinstance(event, kind)}
 
 
@@ -73,7 +73,7 @@ def test_serial_attests_each_command_with_the_digest_of_its_output_on_the_candid
         predicates = attestations(engine)
         integrated, settled = recorded(engine, ev.Integrated, "task_id"), recorded(engine, ev.Settled, "task_id")
     finally:
-        engine.service.store.close()
+        engine.deps.store.close()
     assert sorted(predicates) == list(TASKS)
     for task_id, predicate in predicates.items():
         digest = output_digest(f"out of {task_id}\n")
@@ -98,7 +98,7 @@ def test_speculative_attests_the_verdict_of_each_integrated_candidate(tmp_path):
         predicates = attestations(engine)
         verified = recorded(engine, ev.CandidateVerified, "commit")
     finally:
-        engine.service.store.close()
+        engine.deps.store.close()
     for task_id, predicate in predicates.items():
         commit = predicate["candidate"]["commit"]
         verification = predicate["verification"]
@@ -115,7 +115,7 @@ def test_a_batched_round_says_its_intermediate_commits_were_not_verified_one_by_
         predicates = attestations(engine)
         [verdict] = recorded(engine, ev.CandidateVerified, "commit").values()
     finally:
-        engine.service.store.close()
+        engine.deps.store.close()
     assert verdict.unverified_intermediates == ["t0", "t1"]
     top = predicates["t2"]["candidate"]["commit"]
     assert verdict.commit == top

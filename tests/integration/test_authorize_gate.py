@@ -21,6 +21,7 @@ from tests.engine import Task
 from tests.engine_more import make_engine
 from tests.gitfixtures import all_refs, git_out, run_git
 from tests.integration.world_moves import edit_initiative, move_branch
+from lanes_es.usecases.load import initiative
 
 PROJECT = Path(__file__).resolve().parents[2]
 PROMPT = b"Confirm this batch as the literal user? [y/N] "
@@ -60,7 +61,7 @@ def refused_writing_nothing(engine, code: int, err: str, key: str, refs: str) ->
     (line,) = err.strip().splitlines()  # one line, no traceback
     assert line.startswith(f"lanes-es: {key}: ") and "nothing was recorded" in line, line
     assert f"lanes-es authorize {engine.slug}" in line
-    assert engine.service.initiative(engine.slug) is None  # not even an Initiative registered
+    assert initiative(engine.deps, engine.slug) is None  # not even an Initiative registered
     assert all_refs(engine.root) == refs and "refs/heads/imm/" not in refs and not Path(engine.root, ".imm/state/batches").exists()
 
 
@@ -70,8 +71,8 @@ def test_an_unmoved_world_is_confirmed_and_the_prompt_shows_the_checkout(tmp_pat
     assert code == 0, err
     facts = json.loads(out[:out.rindex("}") + 1])
     assert facts["repository"] == engine.root  # the checkout the user confirms the batch for
-    assert out.rstrip().endswith(PROMPT.decode() + engine.service.initiative(engine.slug).current.batch_id)
-    assert engine.service.initiative(engine.slug).current.repository == engine.root
+    assert out.rstrip().endswith(PROMPT.decode() + initiative(engine.deps, engine.slug).current.batch_id)
+    assert initiative(engine.deps, engine.slug).current.repository == engine.root
 
 
 def test_a_plan_changed_during_the_prompt_is_refused_as_plan_changed(tmp_path):
@@ -155,14 +156,14 @@ def test_re_confirming_a_recorded_batch_checks_again_after_the_answer(tmp_path, 
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"], verification=needs_file("one.txt")),
                                     "s2": Task(["two.txt"], blocked_by=["s1"])})
     recorded(engine)
-    authorizations = len(engine.service.initiative(engine.slug).authorizations)
-    events = len(list(engine.service.store.events(engine.batch.id)))
+    authorizations = len(initiative(engine.deps, engine.slug).authorizations)
+    events = len(list(engine.deps.store.events(engine.batch.id)))
     state = Path(engine.root, f".imm/state/batches/{engine.batch.id}.json").read_bytes()
     moving = (lambda: _unblock_s2(engine)) if move == "plan" else (lambda: move_branch(engine.root))
     code, _, err = authorize_moving(engine.root, engine.slug, moving)
     assert code == 2, err
     (line,) = err.strip().splitlines()
     assert line.startswith(f"lanes-es: {key}: ") and f"lanes-es authorize {engine.slug}" in line, line
-    assert len(engine.service.initiative(engine.slug).authorizations) == authorizations
-    assert len(list(engine.service.store.events(engine.batch.id))) == events
+    assert len(initiative(engine.deps, engine.slug).authorizations) == authorizations
+    assert len(list(engine.deps.store.events(engine.batch.id))) == events
     assert Path(engine.root, f".imm/state/batches/{engine.batch.id}.json").read_bytes() == state

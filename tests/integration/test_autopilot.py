@@ -24,7 +24,9 @@ from tests.gitfixtures import (
     add_lane, descriptor, git_out, head, intent_json, make_repo, run_git, write_file,
 )
 from lanes_es.steward.lanes import Steward, StewardRefusal
-from lanes_es.steward.run import run_autopilot
+from lanes_es.steward.run import AutopilotOptions, run_autopilot
+from lanes_es.usecases.confirmation import BatchOptions
+from lanes_es.usecases.load import active_batch, initiative
 
 PROJECT = Path(__file__).resolve().parents[2]
 SLUG = "six"
@@ -66,10 +68,15 @@ def executor_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return dict(os.environ)
 
 
-def service_of(root: str) -> Any:
-    from lanes_es.bootstrap import build_service
+def options(lanes: str | Path, max_parallel: int = 3, executor: list[str] = EXECUTOR, **more: Any) -> AutopilotOptions:
+    """`lanes-es run --max-parallel N --lanes-dir LANES --executor ...` with `more` (yes, poll, json_lines)."""
+    return AutopilotOptions(batch=BatchOptions(max_parallel=max_parallel), lanes_dir=lanes, executor=executor, **more)
 
-    return build_service(root, clock=SteppingClock(time.time()))
+
+def deps_of(root: str) -> Any:
+    from lanes_es.bootstrap import bootstrap
+
+    return bootstrap(root, clock=SteppingClock(time.time()))
 
 
 def batch_files(root: str) -> dict[str, Any]:
@@ -98,10 +105,10 @@ def assert_completed_as_planned(root: str, lanes: Path) -> dict[str, Any]:
 
 def most_in_flight(root: str, batch_id: str) -> int:
     """The most Lanes admitted and not yet integrated at any point of the log."""
-    service = service_of(root)
+    deps = deps_of(root)
     in_flight: set[str] = set()
     most = 0
-    for event in service.store.events(batch_id):
+    for event in deps.store.events(batch_id):
         name = type(event).__name__
         if name == "LaneAdmitted":
             in_flight.add(event.task_id)
@@ -116,7 +123,7 @@ def most_in_flight(root: str, batch_id: str) -> int:
 
 def test_six_tasks_at_max_parallel_3_complete_with_a_real_executor(repo, tmp_path, executor_env):
     lanes, lines = tmp_path / "lanes", []
-    code = run_autopilot(service_of(repo), SLUG, 3, lanes, EXECUTOR, yes=True, out=lines.append, poll=0.05)
+    code = run_autopilot(deps_of(repo), SLUG, options(lanes, yes=True, poll=0.05), out=lines.append)
     assert code == 0, "\n".join(lines)
     record = assert_completed_as_planned(repo, lanes)
     assert most_in_flight(repo, record["batch_id"]) == 3
@@ -136,11 +143,11 @@ def test_the_confirmation_takes_final_verification_and_delegation(repo, tmp_path
                  "--executor", " ".join(EXECUTOR), "--yes", "--poll", "0.05",
                  "--final-verification", "git status", "--delegate-revisions"])
     assert code == 0
-    service = service_of(repo)
-    batch = service.active_batch(SLUG)
+    deps = deps_of(repo)
+    batch = active_batch(deps, SLUG)
     assert batch.record["final_verification"] == ["git status"]
     assert batch.record["revision_delegation"] == {
-        "confirmation_time": service.initiative(SLUG).current.confirmation_time}
+        "confirmation_time": initiative(deps, SLUG).current.confirmation_time}
     assert batch.report["final_verification"]["passed"] is True
     assert [r["command"] for r in batch.report["final_verification"]["results"]] == ["git status"]
 
@@ -190,7 +197,7 @@ def test_a_lane_dirtied_before_its_release_is_kept_and_reported(repo, tmp_path, 
         return original(self, path, lane_branch, *rest)
 
     monkeypatch.setattr(Steward, "release", dirty_then_release)
-    code = run_autopilot(service_of(repo), SLUG, 3, lanes, EXECUTOR, yes=True, out=lines.append, poll=0.05)
+    code = run_autopilot(deps_of(repo), SLUG, options(lanes, yes=True, poll=0.05), out=lines.append)
     text = "\n".join(lines)
     assert code == 0, text
     assert (lanes / "three" / "scratch.txt").read_text() == "work nobody committed\n"
@@ -204,7 +211,7 @@ def test_a_lane_dirtied_before_its_release_is_kept_and_reported(repo, tmp_path, 
 def test_an_executor_that_never_submits_stops_the_run_with_what_to_do(repo, tmp_path):
     lanes, lines = tmp_path / "lanes", []
     failing = [sys.executable, "-c", "import sys; print('cannot work'); sys.exit(1)"]
-    code = run_autopilot(service_of(repo), SLUG, 3, lanes, failing, yes=True, out=lines.append, poll=0.05)
+    code = run_autopilot(deps_of(repo), SLUG, options(lanes, executor=failing, yes=True, poll=0.05), out=lines.append)
     text = "\n".join(lines)
     assert code == 3, text
     assert "executor: one exited with 1" in text
@@ -218,7 +225,7 @@ def test_an_executor_that_never_submits_stops_the_run_with_what_to_do(repo, tmp_
 
 def test_without_yes_and_without_a_terminal_nothing_is_confirmed(repo, tmp_path):
     lines: list[str] = []
-    code = run_autopilot(service_of(repo), SLUG, 3, tmp_path / "lanes", EXECUTOR, yes=False, out=lines.append)
+    code = run_autopilot(deps_of(repo), SLUG, options(tmp_path / "lanes", yes=False), out=lines.append)
     assert code == 2
     assert "confirmation_port_unavailable: no terminal to ask on; review the facts above and run again with --yes" \
         in "\n".join(lines)
@@ -226,10 +233,10 @@ def test_without_yes_and_without_a_terminal_nothing_is_confirmed(repo, tmp_path)
 
 
 def test_lanes_inside_the_coordinator_checkout_are_refused(repo):
-    from lanes_es.service import ServiceError
+    from lanes_es.errors import ServiceError
 
     with pytest.raises(ServiceError, match="invalid_lanes_dir"):
-        run_autopilot(service_of(repo), SLUG, 3, Path(repo) / "lanes", EXECUTOR, yes=True, out=lambda line: None)
+        run_autopilot(deps_of(repo), SLUG, options(Path(repo) / "lanes", yes=True), out=lambda line: None)
 
 
 # ---------------------------------------------------------------- the steward on git
@@ -280,7 +287,7 @@ def test_failed_qa_starts_the_executor_again_then_stops_for_the_coordinators_cor
     monkeypatch.setenv("LANES_ES_EXECUTOR_HINT", json.dumps({"path": "solo.txt", "content": "the wrong thing\n"}))
     monkeypatch.setenv("PYTHONPATH", str(PROJECT))
     lanes, lines = tmp_path / "lanes", []
-    code = run_autopilot(service_of(root), "one", 1, lanes, EXECUTOR, yes=True, out=lines.append, poll=0.05)
+    code = run_autopilot(deps_of(root), "one", options(lanes, 1, yes=True, poll=0.05), out=lines.append)
     text = "\n".join(lines)
     assert code == 3, text
     assert text.count("executor: started for solo") == 2  # after each failed QA (qa_failure_limit 2)
@@ -330,13 +337,12 @@ def test_on_a_terminal_the_run_draws_a_live_line_per_lane_and_the_batchs_progres
 
 def test_json_gives_one_object_per_line_for_every_event_and_move(repo, tmp_path, executor_env):
     lanes, lines = tmp_path / "lanes", []
-    code = run_autopilot(service_of(repo), SLUG, 3, lanes, EXECUTOR, yes=True, out=lines.append, poll=0.05,
-                         json_lines=True)
+    code = run_autopilot(deps_of(repo), SLUG, options(lanes, yes=True, poll=0.05, json_lines=True), out=lines.append)
     items = [json.loads(line) for line in lines]  # every line is one JSON object
     assert code == 0, lines
     record = assert_completed_as_planned(repo, lanes)
     events = [item for item in items if item["kind"] == "event"]
-    stored = service_of(repo).store.events(record["batch_id"])
+    stored = deps_of(repo).store.events(record["batch_id"])
     # every event of the log, each once, in order, however the watcher and the loop shared the reading
     assert [item["version"] for item in events] == list(range(1, len(stored) + 1))
     assert [item["type"] for item in events] == [type(event).__name__ for event in stored]

@@ -519,7 +519,7 @@ def test_a_lane_commit_whose_change_drifted_from_the_reviewed_delivery_is_refuse
         handle.write("changed after the review\n")
     from lanes_es.adapters.kernel import ReferenceKernel
 
-    ReferenceKernel(clock=engine.service.now).review(lane, approve=True, text="ok")
+    ReferenceKernel(clock=engine.deps.now).review(lane, approve=True, text="ok")
     report = engine.tick()
     assert engine.states() == ["needs_human"]
     assert report["batch_state"] == "needs_human"

@@ -14,6 +14,9 @@ from tests.engine import Engine, Task
 from tests.engine_more import claim_path, confirm_again, enroll, make_engine, state_bytes
 from tests.gitfixtures import git_out, run_git
 import pytest
+from lanes_es.usecases.authorize import authorize
+from lanes_es.usecases.confirmation import prepare_confirmation
+from lanes_es.usecases.load import initiative
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("store_url")
@@ -47,10 +50,10 @@ def test_max_children_stops_new_admissions_only_then_the_batch_settles_budget_st
     assert json.loads(engine.report_file().read_text())["batch_state"] == "budget_stopped"
     # re-confirmed, a new batch takes the child the budget left, from the stopped batch's head
     stopped = engine.batch
-    confirmation = engine.service.confirmation(engine.slug)
+    confirmation = prepare_confirmation(engine.deps, engine.slug)
     assert confirmation.batch_id != stopped.id and [c.task_id for c in confirmation.children] == ["task-c"]
     assert confirmation.base_head == engine.head() == stopped.record["commits"][-1]
-    engine.service.authorize(confirmation)
+    authorize(engine.deps, confirmation)
     report = engine.tick()
     # the Lane the budget left unclaimed is still at the old base: refused, then brought up by the steward
     refused = engine.tick(offers={"task-c": lanes["task-c"]})
@@ -90,10 +93,10 @@ def test_nothing_startable_and_nothing_parked_settles_no_child_can_start(tmp_pat
 def test_final_verification_runs_on_the_batch_branch_before_completed_and_is_recorded(tmp_path):  # LANE-CMP-02
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
     seen = tmp_path / "state-seen-by-the-command.json"
-    confirmation = engine.service.confirmation(engine.slug)
+    confirmation = prepare_confirmation(engine.deps, engine.slug)
     commands = ["git status", "test -e a.txt", f"cp .imm/state/batches/{confirmation.batch_id}.json {seen}"]
     confirmation.final_verification = commands
-    engine.service.authorize(confirmation)
+    authorize(engine.deps, confirmation)
     enroll(engine, "task-a")
     assert engine.batch.record["final_verification"] == commands
     # a fresh confirmation does not replace the recorded commands
@@ -142,7 +145,7 @@ def test_final_verification_takes_one_to_eight_plain_argv_commands(tmp_path, cap
     assert "invalid final_verification: expected 1 to 8 commands" in capsys.readouterr().err
     assert main([*root, "--final-verification", "git status | cat"]) == 2
     assert "invalid final_verification" in capsys.readouterr().err
-    assert engine.service.initiative(engine.slug) is None  # nothing was recorded
+    assert initiative(engine.deps, engine.slug) is None  # nothing was recorded
     eight = [arg for i in range(8) for arg in ("--final-verification", f"test  -n   {i}")]
     assert main([*root, *eight]) == 0
-    assert engine.service.initiative(engine.slug).current.final_verification == [f"test -n {i}" for i in range(8)]
+    assert initiative(engine.deps, engine.slug).current.final_verification == [f"test -n {i}" for i in range(8)]

@@ -16,11 +16,12 @@ import anyio
 import pytest
 
 from lanes_es.adapters.store import EventStore
-from lanes_es.service import BatchBusy
+from lanes_es.usecases.lock import BatchBusy
 from tests.engine import Engine, Task, initiative_markdown
 from tests.gitfixtures import intent_json, make_repo, requires_file
 from tests.integration.test_mcp_server import SLUG, TASKS as MCP_TASKS, User, call, host
 from lanes_es.cli.main import main
+from lanes_es.usecases.tick import tick
 
 pytestmark = pytest.mark.usefixtures("store_url")
 
@@ -36,11 +37,11 @@ def authorized(tmp_path: Path) -> tuple[Engine, str]:
 
 def holder_of_the_lock(engine: Engine) -> EventStore:
     """A second coordinator's store, as on another machine: its batch_lock is the tick's lock."""
-    return EventStore(engine.service.store.url, lock_dir=engine.service.store.lock_dir)
+    return EventStore(engine.deps.store.url, lock_dir=engine.deps.store.lock_dir)
 
 
 def versions(engine: Engine, batch_id: str) -> list[int]:
-    return [row.originator_version for row in engine.service.store.stored_events(batch_id)]
+    return [row.originator_version for row in engine.deps.store.stored_events(batch_id)]
 
 
 def start_ticks(engine: Engine, count: int, *extra: str) -> list[subprocess.Popen]:
@@ -123,7 +124,7 @@ def test_four_ticks_started_together_each_apply_or_refuse_as_busy(tmp_path):
         elif code == 2:  # started after the tick that admitted the Lane: the repeated offer is refused
             assert report["lane_refusals"] == [{"task_id": "a", "path": lane, "reason": "batch_lane_unknown_child"}], err
     assert versions(engine, batch_id) == list(range(1, len(versions(engine, batch_id)) + 1))
-    admitted = [e for e in engine.service.store.events(batch_id) if type(e).__name__ == "LaneAdmitted"]
+    admitted = [e for e in engine.deps.store.events(batch_id) if type(e).__name__ == "LaneAdmitted"]
     assert [e.task_id for e in admitted] == ["a"]  # the offer was taken once, however many ticks carried it
 
 
@@ -133,9 +134,9 @@ def test_the_service_raises_busy_and_takes_the_lock_when_it_frees_within_the_wai
     try:
         with other.batch_lock(batch_id):
             with pytest.raises(BatchBusy) as busy:
-                engine.service.tick(engine.slug, wait=0)
+                tick(engine.deps, engine.slug, wait=0)
             assert busy.value.code == "batch_busy" and busy.value.holder["pid"] == os.getpid()
-        assert engine.service.tick(engine.slug, wait=5).report["batch_state"] == "running"
+        assert tick(engine.deps, engine.slug, wait=5).report["batch_state"] == "running"
     finally:
         other.close()
 
@@ -146,7 +147,7 @@ def test_a_tick_that_lost_the_race_rereads_and_decides_again(tmp_path):
     writer's event stays in the log exactly once."""
     engine, batch_id = authorized(tmp_path)
     lane = engine.provision("a", engine.tick())
-    store = engine.service.store
+    store = engine.deps.store
     real_save = store.save
     raced = []
 

@@ -21,6 +21,8 @@ from lanes_es.tick_input import RevisionInput
 from tests.engine import Engine, Task
 from tests.engine_more import confirm_again, enroll, lane_record, make_engine, state_bytes
 from tests.gitfixtures import git_out, run_git, write_file
+from lanes_es.usecases.confirmation import prepare_confirmation
+from lanes_es.usecases.load import initiative
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("store_url")
@@ -62,7 +64,7 @@ def staged(engine: Engine) -> str:
 
 def test_an_in_bounds_breaking_revision_is_a_delegated_approval_traceable_to_the_batch(tmp_path):  # LANE-DEL-05
     engine = delegated_pair(tmp_path)
-    authorization = engine.service.initiative(engine.slug).current
+    authorization = initiative(engine.deps, engine.slug).current
     assert engine.batch.record["revision_delegation"] == {"confirmation_time": authorization.confirmation_time}
     request = revision(engine)
     report = engine.tick(revision=request)
@@ -108,7 +110,7 @@ def test_plan_digest_is_resealed_at_integration_for_the_delegated_revision_and_t
     assert report["reseals"] == record["reseals"] and report["commits"] == record["commits"]
     assert json.loads(git_out(engine.root, "show", f"imm/{engine.slug}:{SIDECAR}"))["revision"] == 2
     # a fresh confirmation would confirm the resealed plan; with or without one the dependent runs on
-    assert engine.service.confirmation(engine.slug).plan_digest == reseal["to_digest"]
+    assert prepare_confirmation(engine.deps, engine.slug).plan_digest == reseal["to_digest"]
     if fresh_confirmation:
         confirm_again(engine)
     report = engine.tick()
@@ -246,11 +248,11 @@ def test_a_revision_approved_in_the_lane_but_not_recorded_is_adopted_on_the_next
     from lanes_es.adapters.kernel import ReferenceKernel
 
     engine = delegated_pair(tmp_path)
-    authorization = engine.service.initiative(engine.slug).current
+    authorization = initiative(engine.deps, engine.slug).current
     ref = f"delegated-batch:{engine.batch.id}@{authorization.confirmation_time}"
     request = revision(engine)
-    applied = ReferenceKernel(clock=engine.service.now).apply_delegated_revision(
-        engine.lane("task-a"), "task-a", request.next_intent, ref, engine.service.now())
+    applied = ReferenceKernel(clock=engine.deps.now).apply_delegated_revision(
+        engine.lane("task-a"), "task-a", request.next_intent, ref, engine.deps.now())
     assert applied[:2] == (1, 2)
     history = len(lane_record(engine, "task-a")["history"])
     report = engine.tick(revision=request)

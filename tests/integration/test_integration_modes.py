@@ -62,7 +62,7 @@ def outcome(engine: Engine) -> dict[str, Any]:
 
 
 def events_of(engine: Engine, kind: type) -> list[Any]:
-    return [event for event in engine.service.store.events(engine.batch.id) if isinstance(event, kind)]
+    return [event for event in engine.deps.store.events(engine.batch.id) if isinstance(event, kind)]
 
 
 # Three random batches, the backends shared out between them (what is compared is git's and the record's): CI time.
@@ -93,7 +93,7 @@ def test_a_speculative_round_records_every_candidate_verdict_and_discard(tmp_pat
     from lanes_es.audit.replay import replay
     from lanes_es.projections.audit_html import render_audit_html
 
-    events = engine.service.store.events(engine.batch.id)
+    events = engine.deps.store.events(engine.batch.id)
     replayed = replay(events)
     assert replayed.ok, replayed.failures
     assert [step.event for step in replayed.steps].count("CandidateVerified") == 4

@@ -103,7 +103,7 @@ def test_nothing_is_touched_when_any_path_is_not_provably_a_lanes(tmp_path, dirt
         f"(not restored: {path}: {why}); {path} is not a write of this batch's Lanes")
     assert "git add" not in report["reason"] + report["next_action"]
     assert engine.batch.batch_state == "running"
-    assert type(list(engine.service.store.events(engine.batch.id))[-1]).__name__ == "TickRejected"
+    assert type(list(engine.deps.store.events(engine.batch.id))[-1]).__name__ == "TickRejected"
     assert porcelain(engine.root) == status
     assert {path: Path(engine.root, path).read_bytes() for path in files} == files
     assert git_out(engine.root, "diff", "--cached", "--name-only") == cached
@@ -120,7 +120,7 @@ def test_a_restore_git_cannot_do_changes_nothing_names_the_backup_and_goes_on_ne
     engine = leaking_lane(tmp_path)
     lock = Path(engine.root, ".git/index.lock")
     lock.touch()
-    events = len(list(engine.service.store.events(engine.batch.id)))
+    events = len(list(engine.deps.store.events(engine.batch.id)))
     report = engine.tick()
     assert report["batch_state"] == "rejected"
     reason = report["reason"]
@@ -130,7 +130,7 @@ def test_a_restore_git_cannot_do_changes_nothing_names_the_backup_and_goes_on_ne
     assert {path: Path(engine.root, path).read_text() for path in LEAKS} == LEAKS
     backup = Path(engine.root, reason.split("backed up under ", 1)[1].split(" ", 1)[0])
     assert (backup / "files/base.txt").read_text() == LEAKS["base.txt"]
-    logged = [type(event).__name__ for event in engine.service.store.events(engine.batch.id)][events:]
+    logged = [type(event).__name__ for event in engine.deps.store.events(engine.batch.id)][events:]
     assert logged == ["TickRejected"] and not engine.batch.record.get("restores")
     lock.unlink()
     engine.tick()

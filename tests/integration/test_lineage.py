@@ -13,6 +13,7 @@ from lanes_es.domain.report import TERMINAL_NEXT_ACTIONS
 from tests.engine import Engine, Task
 from tests.engine_more import commit_in_coordinator, enroll, lane_exists, make_engine, claim_path, state_bytes
 from tests.gitfixtures import git_out, run_git
+from lanes_es.usecases.load import initiative
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("store_url")
@@ -21,11 +22,11 @@ pytestmark = pytest.mark.usefixtures("store_url")
 def adopted_in_the_same_tick(engine: Engine, moved_from: str, moved_to: str) -> dict:
     """A user's fast-forward of the batch branch is adopted by the next tick, which goes on running under the
     same confirmation (docs/upstream.md#the-steps-of-a-tick)."""
-    confirmations = len(engine.service.initiative(engine.slug).authorizations)
+    confirmations = len(initiative(engine.deps, engine.slug).authorizations)
     report = engine.tick()
     assert report["batch_state"] == "running" and report["reason"] is None, report
     assert engine.batch.record["adopted_heads"][-1] == {"from": moved_from, "to": moved_to}
-    assert len(engine.service.initiative(engine.slug).authorizations) == confirmations  # none asked for
+    assert len(initiative(engine.deps, engine.slug).authorizations) == confirmations  # none asked for
     return report
 
 

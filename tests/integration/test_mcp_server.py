@@ -87,9 +87,9 @@ async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, dict[
 
 def store_events(root: str) -> int:
     """How many events the Initiative's store holds (0 when it was never written)."""
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
 
-    store = build_service(root).store
+    store = bootstrap(root).store
     try:
         return len(store.app.recorder.select_notifications(start=1, limit=100_000))
     finally:

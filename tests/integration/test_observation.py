@@ -14,7 +14,7 @@ import pytest
 from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.domain.report import LANE_NEEDS_HUMAN_NEXT_ACTION, NEXT_COORDINATOR, NEXT_REVIEW, RELEASE_SUFFIX
 from lanes_es.ports import KernelError
-from lanes_es.service import STORE_CONDITION_NEXT
+from lanes_es.usecases.tick import STORE_CONDITION_NEXT
 from lanes_es.tick import reconcile
 from lanes_es.tick_input import InstructionInput
 from tests.engine import Engine, Task
@@ -22,6 +22,7 @@ from tests.engine_more import (
     claim_path, enroll, kernel, lane_record, make_engine, needs_file, read_json, record_path, rerun, state_bytes,
     write_json,
 )
+from lanes_es.usecases.tick import tick
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("store_url")
@@ -118,7 +119,7 @@ def test_a_kernel_store_condition_is_a_rejection_that_writes_nothing(tmp_path, m
         raise KernelError("kernel store is busy")
 
     monkeypatch.setattr(ReferenceKernel, "advance_task", busy)
-    result = engine.service.tick(engine.slug)
+    result = tick(engine.deps, engine.slug)
     report = result.report
     assert (report["batch_state"], result.written) == ("rejected", False)
     assert "kernel store is busy" in report["reason"]

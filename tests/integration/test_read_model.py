@@ -79,7 +79,7 @@ def test_rebuild_all_finds_and_repairs_drift_in_the_read_model(tmp_path, store_u
     alpha.authorize()
     alpha.tick()
     assert len(batches(alpha.root, store_url, capsys=capsys)) == 1
-    model = ReadModel(alpha.service.store)
+    model = ReadModel(alpha.deps.store)
     view = model.view
     with view._write() as cursor:  # a line edited behind the projection's back
         cursor.execute(f"UPDATE {view.table} SET batch_state = 'completed'")

@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 
 from lanes_es.adapters.lane_git import GitLanes
-from lanes_es.service import ServiceError
+from lanes_es.errors import ServiceError
 from tests.engine import Task
 from tests.engine_more import enroll, make_engine, state_bytes
 from tests.gitfixtures import git_out, make_repo, porcelain, run_git
+from lanes_es.usecases.authorize import authorize
+from lanes_es.usecases.confirmation import prepare_confirmation
+from lanes_es.usecases.load import initiative
 
 pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
 
@@ -40,19 +43,19 @@ def test_empty_enrollable_set_when_every_task_is_excluded(tmp_path):
     code, out, err = cli("--root", engine.root, "authorize", engine.slug, "--yes")
     assert (code, out) == (2, "")
     assert "empty_enrollable_set: batch plan has no enrollable children; nothing to confirm" in err
-    assert engine.service.initiative(engine.slug) is None  # nothing was recorded
+    assert initiative(engine.deps, engine.slug) is None  # nothing was recorded
 
 
 def test_confirmation_failed_when_a_confirmation_is_not_newer_than_the_last(tmp_path):
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
     engine.authorize()
-    confirmation = engine.service.confirmation(engine.slug)
-    engine.service.now = lambda: "2001-01-01T00:00:00.000Z"  # a clock set back
+    confirmation = prepare_confirmation(engine.deps, engine.slug)
+    engine.deps.now = lambda: "2001-01-01T00:00:00.000Z"  # a clock set back
     with pytest.raises(ServiceError) as failed:
-        engine.service.authorize(confirmation)
+        authorize(engine.deps, confirmation)
     assert failed.value.code == "confirmation_failed"
     assert "a fresh confirmation must be newer than the one before it" in str(failed.value)
-    assert len(engine.service.initiative(engine.slug).authorizations) == 1
+    assert len(initiative(engine.deps, engine.slug).authorizations) == 1
 
 
 def test_working_tree_dirty_when_the_user_staged_work_of_their_own(tmp_path):

@@ -13,7 +13,7 @@ import pytest
 from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.domain import events as ev
 from lanes_es.domain.report import LANE_NEEDS_HUMAN_NEXT_ACTION, NEXT_REJECTED_PARAMETERS
-from lanes_es.service import ServiceError
+from lanes_es.errors import ServiceError
 from lanes_es.tick_input import TickInput
 from tests.engine import Task
 from tests.engine_more import (
@@ -21,6 +21,8 @@ from tests.engine_more import (
     make_engine, moved_away, needs_file, record_path, rerun, run_tick, state_bytes, tick_result,
 )
 from tests.gitfixtures import git_out, run_git, write_file
+from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
+from lanes_es.usecases.load import initiative
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("store_url")
@@ -152,7 +154,7 @@ def test_a_resume_with_another_max_parallel_is_refused_and_writes_nothing(tmp_pa
     engine, _ = parked_pair(tmp_path)
     before = batch_files(engine)
     with pytest.raises(ServiceError) as refused:
-        engine.service.confirmation(engine.slug, max_parallel=2)
+        prepare_confirmation(engine.deps, engine.slug, BatchOptions(max_parallel=2))
     assert refused.value.code == "batch_parallel_mismatch"
     confirm_again(engine)
     result = tick_result(engine, max_parallel=2)
@@ -179,9 +181,9 @@ def test_an_unrecorded_batch_ticked_with_another_max_parallel_writes_nothing(tmp
 def test_an_empty_plan_is_refused_before_anything_is_read_or_written(tmp_path):  # batch_plan_empty
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
     engine.authorize()
-    authorization = engine.service.initiative(engine.slug).current
+    authorization = initiative(engine.deps, engine.slug).current
     empty = msgspec.structs.replace(authorization, children=[])
-    tick = TickInput(root=engine.root, initiative_slug=engine.slug, authorization=empty, now=engine.service.now())
+    tick = TickInput(root=engine.root, initiative_slug=engine.slug, authorization=empty, now=engine.deps.now())
     outcome = run_tick(engine, tick, None)
     assert (outcome.report["batch_state"], outcome.report["reason"]) == ("rejected",
                                                                          "batch_plan_empty: batch plan is empty")
@@ -192,7 +194,7 @@ def test_an_empty_plan_is_refused_before_anything_is_read_or_written(tmp_path): 
     engine.tick()
     recorded = state_bytes(engine)
     outcome = run_tick(engine, TickInput(root=engine.root, initiative_slug=engine.slug, authorization=empty,
-                                         now=engine.service.now()), engine.batch)
+                                         now=engine.deps.now()), engine.batch)
     assert outcome.report["reason"] == "batch_plan_empty: batch plan is empty"
     assert outcome.report["batch_state"] == "rejected" and outcome.written is False
     assert state_bytes(engine) == recorded
@@ -219,16 +221,16 @@ def test_a_recorded_batch_whose_plan_no_longer_matches_its_authorization_is_refu
     engine.tick()
     recorded = state_bytes(engine)
     # an authorization of the same batch id over another plan: task-b now blocked by task-a
-    service, current = engine.service, engine.service.initiative(engine.slug).current
+    deps, current = engine.deps, initiative(engine.deps, engine.slug).current
     changed = [msgspec.structs.replace(c, blocked_by=["task-a"] if c.task_id == "task-b" else []) for c in current.children]
     from lanes_es.domain.plan import compute_batch_plan_digest
 
-    initiative = service.store.initiative(engine.slug)
-    initiative.authorize(at=service.now(), batch_id=current.batch_id, plan_digest=compute_batch_plan_digest(changed),
-                         base_head=current.base_head, branch=current.branch, budget=current.budget,
-                         max_parallel=current.max_parallel, children=changed, confirmation_ref="test-confirmation",
-                         final_verification=None, delegate_revisions=False, resumes=False)
-    service.store.save(initiative)
+    found = deps.store.initiative(engine.slug)
+    found.authorize(at=deps.now(), batch_id=current.batch_id, plan_digest=compute_batch_plan_digest(changed),
+                    base_head=current.base_head, branch=current.branch, budget=current.budget,
+                    max_parallel=current.max_parallel, children=changed, confirmation_ref="test-confirmation",
+                    final_verification=None, delegate_revisions=False, resumes=False)
+    deps.store.save(found)
     with pytest.raises(ServiceError) as refused:
         engine.tick()
     assert refused.value.code == "plan_changed"
@@ -239,7 +241,7 @@ def test_a_recorded_batch_whose_plan_no_longer_matches_its_authorization_is_refu
 def test_the_reference_kernel_is_the_revisions_port(tmp_path):
     """lanes_es/bootstrap.py wires the kernel as the Revisions port because it now applies delegated revisions."""
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
-    ports = engine.service.adapters.tick_ports(engine.root, engine.slug)
+    ports = engine.deps.adapters.tick_ports(engine.root, engine.slug)
     assert isinstance(ports.revisions, ReferenceKernel)
     assert ev.DelegatedRevisionApplied  # the event the tick records for each applied revision
 
@@ -295,7 +297,7 @@ class _CrashAfterEnrolling(BaseException):
 def test_a_crash_between_the_kernels_enrollment_and_its_event_adopts_the_claim(tmp_path, monkeypatch):
     """docs/upstream.md#the-steps-of-a-tick, `lane_admitted` with the claim held: the next tick records `enrolled` with
     "adopted existing lane claim after interruption" and enrolls nothing again (the kernel keeps one run)."""
-    from lanes_es.bootstrap import build_service
+    from lanes_es.bootstrap import bootstrap
 
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
     engine.authorize()
@@ -311,13 +313,13 @@ def test_a_crash_between_the_kernels_enrollment_and_its_event_adopts_the_claim(t
     with pytest.raises(_CrashAfterEnrolling):
         engine.tick(offers={"task-a": lane})
     monkeypatch.setattr(ReferenceKernel, "enroll_task", enroll_task)
-    engine.service = build_service(engine.root, clock=engine.service.now)  # a new process
+    engine.deps = bootstrap(engine.root, clock=engine.deps.now)  # a new process
     assert engine.states() == ["lane_admitted"]
     claimed = kernel(engine).project_task(lane, "task-a")
     assert claimed.claim_task_id == "task-a" and claimed.run_id
     monkeypatch.setattr(ReferenceKernel, "enroll_task", lambda *a, **k: pytest.fail("enrolled a second time"))
     engine.tick()
     assert engine.states() == ["enrolled"]
-    [enrolled] = [e for e in engine.service.store.events(engine.batch.id) if isinstance(e, ev.Enrolled)]
+    [enrolled] = [e for e in engine.deps.store.events(engine.batch.id) if isinstance(e, ev.Enrolled)]
     assert enrolled.reason == "adopted existing lane claim after interruption"
     assert engine.batch.record["children"][0]["lane"]["run_id"] == claimed.run_id

@@ -12,10 +12,14 @@ import pytest
 
 from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.domain.report import TERMINAL_NEXT_ACTIONS
-from lanes_es.service import ServiceError
+from lanes_es.errors import ServiceError
 from lanes_es.projections.files import report_path, state_path
 from tests.engine import Engine, Task
 from tests.engine_more import batch_files, claim_path, enroll, make_engine, state_bytes
+from lanes_es.usecases.confirmation import prepare_confirmation
+from lanes_es.usecases.load import active_batch
+from lanes_es.usecases.retire import retire, retire_target
+from lanes_es.usecases.tick import tick
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("store_url")
@@ -40,7 +44,7 @@ def test_a_parked_lane_batch_is_retired_as_superseded_and_stays_v2(tmp_path):  #
     engine = parked_trio(tmp_path)
     batch_id = engine.batch.id
     children = engine.batch.record["children"]
-    report = engine.service.retire(engine.slug)
+    report = retire(engine.deps, engine.slug)
     assert report["contract"] == "assurance_kernel/batch_run_report/v1"
     assert (report["batch_id"], report["batch_state"], report["max_parallel"]) == (batch_id, "superseded", 3)
     assert report["handoffs"] == []
@@ -54,12 +58,12 @@ def test_a_parked_lane_batch_is_retired_as_superseded_and_stays_v2(tmp_path):  #
     assert state["children"][0]["lane"]["run_id"].startswith("run-")
     assert json.loads(report_path(engine.root, batch_id).read_text()) == report
     # retired: nothing active is left to retire or to tick
-    assert engine.service.active_batch(engine.slug) is None
+    assert active_batch(engine.deps, engine.slug) is None
     with pytest.raises(ServiceError) as absent:
-        engine.service.retire(engine.slug)
+        retire(engine.deps, engine.slug)
     assert absent.value.code == "stale_batch_absent"
     with pytest.raises(ServiceError) as no_tick:
-        engine.service.tick(engine.slug)
+        tick(engine.deps, engine.slug)
     assert no_tick.value.code == "batch_authorization_invalid"
 
 
@@ -83,7 +87,7 @@ def test_a_child_in_flight_blocks_retirement(tmp_path, monkeypatch):  # LANE-REC
     assert engine.states() == ["lane_admitted", "pending"]
     before = batch_files(engine)
     with pytest.raises(ServiceError) as refused:
-        engine.service.retire(engine.slug)
+        retire(engine.deps, engine.slug)
     assert refused.value.code == "stale_batch_in_flight"
     assert "still mid-flight" in str(refused.value)
     assert batch_files(engine) == before
@@ -91,7 +95,7 @@ def test_a_child_in_flight_blocks_retirement(tmp_path, monkeypatch):  # LANE-REC
     engine.tick(offers={"s2": lanes["s2"]})
     assert engine.states() == ["enrolled", "enrolled"]
     with pytest.raises(ServiceError) as refused:
-        engine.service.retire(engine.slug)
+        retire(engine.deps, engine.slug)
     assert refused.value.code == "stale_batch_in_flight"
     assert engine.batch.batch_state == "running"
 
@@ -100,7 +104,7 @@ def test_without_an_active_batch_there_is_nothing_to_retire(tmp_path):
     """Ports LANE-DISP-08."""
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
     with pytest.raises(ServiceError) as never:
-        engine.service.retire(engine.slug)
+        retire(engine.deps, engine.slug)
     assert never.value.code == "stale_batch_absent"
     engine.authorize()
     enroll(engine, "s1")
@@ -108,7 +112,7 @@ def test_without_an_active_batch_there_is_nothing_to_retire(tmp_path):
     assert engine.tick()["batch_state"] == "completed"
     completed = state_bytes(engine)
     with pytest.raises(ServiceError) as terminal:
-        engine.service.retire(engine.slug)
+        retire(engine.deps, engine.slug)
     assert terminal.value.code == "stale_batch_absent"
     assert "already completed" in str(terminal.value)
     assert state_bytes(engine) == completed
@@ -135,12 +139,12 @@ def test_an_authorization_never_ticked_can_be_retired_so_a_new_plan_can_be_confi
     supersede, and retiring it is what lets a changed plan be confirmed under a new batch id."""
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
     stale = engine.authorize()
-    assert engine.service.confirmation(engine.slug).batch_id == stale  # otherwise the same batch again
-    retired = engine.service.retire(engine.slug)
+    assert prepare_confirmation(engine.deps, engine.slug).batch_id == stale  # otherwise the same batch again
+    retired = retire(engine.deps, engine.slug)
     assert (retired["batch_id"], retired["batch_state"]) == (stale, "superseded")
     assert "explicit literal-user disposition" in retired["reason"]
     assert batch_files(engine) == {}  # no record was ever written, and none is now
-    assert engine.service.confirmation(engine.slug).batch_id != stale
+    assert prepare_confirmation(engine.deps, engine.slug).batch_id != stale
 
 
 def running_with_nothing_in_flight(tmp_path) -> tuple[Engine, str]:
@@ -157,17 +161,17 @@ def test_a_record_that_moves_while_the_user_decides_is_not_retired(tmp_path):
     gate; a tick that lands in between (here: it admits a Lane) makes the retirement
     `plan_changed`, and nothing is written."""
     engine, lane = running_with_nothing_in_flight(tmp_path)
-    target = engine.service.retire_target(engine.slug)
+    target = retire_target(engine.deps, engine.slug)
     assert target.record_digest == hashlib.sha256(state_bytes(engine)).hexdigest()  # the record the user is asked about
     engine.tick(offers={"s1": lane})  # elsewhere, a tick goes on while the user is asked
     moved = batch_files(engine)
     assert hashlib.sha256(state_bytes(engine)).hexdigest() != target.record_digest
     with pytest.raises(ServiceError) as changed:
-        engine.service.retire(engine.slug, target)
+        retire(engine.deps, engine.slug, target)
     assert changed.value.code == "plan_changed"
     assert "changed while the user was deciding; nothing was retired" in str(changed.value)
     assert batch_files(engine) == moved
-    assert engine.service.active_batch(engine.slug).id == target.batch_id
+    assert active_batch(engine.deps, engine.slug).id == target.batch_id
 
 
 def test_retire_through_the_cli_compares_the_record_read_before_the_prompt(tmp_path, capsys, monkeypatch):

@@ -14,6 +14,7 @@ from tests.engine import Engine, Task
 from tests.engine_more import batch_files, make_engine, state_bytes
 from tests.gitfixtures import git_out
 import pytest
+from lanes_es.usecases.tick import tick
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("store_url")
@@ -50,7 +51,7 @@ def test_a_new_batch_is_refused_before_any_lane_exists_when_the_lane_runtime_dif
     engine = single(tmp_path)
     base = git_out(engine.root, "rev-parse", "HEAD")
     directory = runtime_dir(tmp_path, task_record=V3)
-    result = engine.service.tick(engine.slug, executor_runtime=str(directory))
+    result = tick(engine.deps, engine.slug, executor_runtime=str(directory))
     reason = result.report["reason"]
     assert reason.startswith("batch_runtime_contract_mismatch: ")
     assert f"task_record: assurance_kernel/task_record/v4 != {V3}" in reason
@@ -63,7 +64,7 @@ def test_a_new_batch_is_refused_before_any_lane_exists_when_the_lane_runtime_dif
 def test_matching_identifiers_start_normally(tmp_path):  # LANE-RTC-03
     engine = single(tmp_path)
     directory = runtime_dir(tmp_path, "runtime/kernel/runtime_contracts.json")
-    result = engine.service.tick(engine.slug, executor_runtime=str(directory))
+    result = tick(engine.deps, engine.slug, executor_runtime=str(directory))
     assert result.report["batch_state"] == "running"
     assert [h["role"] for h in result.report["handoffs"]] == ["lane-steward"]
 
@@ -73,11 +74,11 @@ def test_an_explicit_runtime_dir_without_a_manifest_or_with_a_broken_one_is_refu
     base = git_out(engine.root, "rev-parse", "HEAD")
     empty = tmp_path / "empty-runtime"
     empty.mkdir()
-    result = engine.service.tick(engine.slug, executor_runtime=str(empty))
+    result = tick(engine.deps, engine.slug, executor_runtime=str(empty))
     assert result.report["reason"] == f"batch_runtime_contract_mismatch: no runtime contract manifest under {empty}"
     assert_nothing_started(engine, base, result)
     broken = runtime_dir(tmp_path, contract="immune_brain/runtime_contracts/v0")
-    result = engine.service.tick(engine.slug, executor_runtime=str(broken))
+    result = tick(engine.deps, engine.slug, executor_runtime=str(broken))
     assert result.report["reason"] == (f"batch_runtime_contract_mismatch: {broken}/runtime_contracts.json is not an "
                                        "immune_brain/runtime_contracts/v1 manifest")
     assert_nothing_started(engine, base, result)
@@ -88,7 +89,7 @@ def test_without_an_explicit_dir_only_the_immune_brain_repository_is_compared(tm
     engine = single(tmp_path, files={"package.json": json.dumps({"name": "immune-brain"}) + "\n",
                                      "plugins/immune-brain/runtime/kernel/runtime_contracts.json":
                                          json.dumps(manifest, indent=2) + "\n"})
-    result = engine.service.tick(engine.slug)
+    result = tick(engine.deps, engine.slug)
     assert result.report["reason"].startswith("batch_runtime_contract_mismatch: ")
     assert "(kernel_store_schema: 1 != 2)" in result.report["reason"]
     assert f"{engine.root}/plugins/immune-brain/runtime/kernel/runtime_contracts.json" in result.report["reason"]
@@ -99,7 +100,7 @@ def test_the_check_runs_only_for_a_new_batch(tmp_path):
     engine = single(tmp_path)
     engine.tick()
     recorded = state_bytes(engine)
-    result = engine.service.tick(engine.slug, executor_runtime=str(runtime_dir(tmp_path, task_record=V3)))
+    result = tick(engine.deps, engine.slug, executor_runtime=str(runtime_dir(tmp_path, task_record=V3)))
     assert result.report["batch_state"] == "running"
     assert state_bytes(engine) == recorded
 

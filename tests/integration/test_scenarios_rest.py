@@ -16,7 +16,7 @@ import pytest
 
 from lanes_es.adapters.kernel import ReferenceKernel
 from lanes_es.ports import KernelError
-from lanes_es.service import STORE_CONDITION_NEXT
+from lanes_es.usecases.tick import STORE_CONDITION_NEXT
 from lanes_es.tick import TickContext, lane_rejection_report
 from lanes_es.tick_input import TickInput
 from tests.engine import Engine, Task, initiative_markdown
@@ -24,6 +24,9 @@ from tests.engine_more import enroll, make_engine, state_bytes
 from tests.gitfixtures import (
     all_refs, current_branch, git_out, head, intent_json, make_repo, porcelain, run_git, write_file,
 )
+from lanes_es.usecases.load import initiative
+from lanes_es.usecases.plan import plan
+from lanes_es.usecases.tick import tick
 
 SLUG = "initiative-slug"
 
@@ -178,8 +181,8 @@ def rejection_of(engine: Engine, reason: str = "kernel store is busy") -> dict[s
     """upstream's laneRejectionReport over the persisted record, called directly (the tick fails the batch
     on a broken lineage before it reaches the kernel, so a rejection is never built there)."""
     tick = TickInput(root=engine.root, initiative_slug=engine.slug,
-                     authorization=engine.service.initiative(engine.slug).current, now=engine.service.now())
-    runner = TickContext(tick=tick, ports=engine.service.adapters.tick_ports(engine.root, engine.slug),
+                     authorization=initiative(engine.deps, engine.slug).current, now=engine.deps.now())
+    runner = TickContext(tick=tick, ports=engine.deps.adapters.tick_ports(engine.root, engine.slug),
                       persist_port=lambda _: None, batch=engine.batch)
     return lane_rejection_report(runner, reason, "retry")
 
@@ -194,7 +197,7 @@ def test_rel10_a_store_condition_rejection_offers_only_safe_release_handoffs(tmp
         raise KernelError("kernel store is busy")
 
     monkeypatch.setattr(ReferenceKernel, "advance_task", busy)
-    result = engine.service.tick(engine.slug)
+    result = tick(engine.deps, engine.slug)
     report = result.report
     assert (report["batch_state"], result.written) == ("rejected", False)
     assert report["handoffs"] == [release_a]  # no provision, no executor: nothing is granted
@@ -204,7 +207,7 @@ def test_rel10_a_store_condition_rejection_offers_only_safe_release_handoffs(tmp
 
     # a dirty Lane is not safe to release
     scratch = write_file(engine.lane("task-a"), "scratch.txt", "scratch\n")
-    assert engine.service.tick(engine.slug).report["handoffs"] == []
+    assert tick(engine.deps, engine.slug).report["handoffs"] == []
     os.unlink(scratch)
 
     # LANE-LIN-01: a coordinator reset behind the recorded commits breaks the lineage: nothing to release
@@ -223,7 +226,7 @@ def test_rel10_a_store_condition_rejection_offers_only_safe_release_handoffs(tmp
     claim.write_text(json.dumps({"task_id": "foreign-task", "run_id": "run-x", "batch_id": "other",
                                  "claimed_at": "2026-01-01T00:00:00.000Z"}))
     assert porcelain(engine.lane("task-a")) == ""  # the store is ignored: the Lane is still clean
-    assert engine.service.tick(engine.slug).report["handoffs"] == []
+    assert tick(engine.deps, engine.slug).report["handoffs"] == []
     assert state_bytes(engine) == recorded
 
 
@@ -239,7 +242,7 @@ def test_cmp07_integrated_and_released_children_plan_as_already_settled(tmp_path
     assert engine.states() == ["integrated", "pending"]
 
     def statuses() -> list[tuple[str, str]]:
-        return [(child["task_id"], child["status"]) for child in engine.service.plan(engine.slug)["children"]]
+        return [(child["task_id"], child["status"]) for child in plan(engine.deps, engine.slug)["children"]]
 
     assert statuses() == [("task-a", "already_settled"), ("task-b", "enrollable")]
     engine.release("task-a")
@@ -305,7 +308,7 @@ def test_grp08_the_confirmation_facts_carry_the_lane_mode(tmp_path):
     assert facts["lane_mode"] == {"max_parallel": 1, "parallel_groups": [["task-a", "task-b"], ["task-c"]],
                                   "serialized": [{"task_id": "task-c", "overlaps_with": ["task-a"]}],
                                   "offer_revision_delegation": True, "delegate_revisions": False}
-    assert engine.service.initiative(engine.slug).current.max_parallel == 1
+    assert initiative(engine.deps, engine.slug).current.max_parallel == 1
 
 
 # ---------------------------------------------------------------- LANE-DEL-02
@@ -316,7 +319,7 @@ def test_del02_delegating_is_its_own_choice_beside_the_confirmation(tmp_path, fl
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
     code, out, _ = cli("--root", engine.root, "authorize", engine.slug, "--yes", "--json", *flags)
     assert code == 0 and json.loads(out)["lane_mode"]["delegate_revisions"] is granted
-    authorization = engine.service.initiative(engine.slug).current
+    authorization = initiative(engine.deps, engine.slug).current
     assert authorization.delegate_revisions is granted
     engine.tick()
     grant = engine.batch.record.get("revision_delegation")

@@ -20,6 +20,9 @@ from lanes_es.domain.initiative import Initiative, initiative_id
 from tests.engine import Engine, Task
 from tests.gitfixtures import run_git
 from lanes_es.cli.main import main
+from lanes_es.usecases.authorize import authorize
+from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
+from lanes_es.usecases.load import initiative
 
 SLUG = "shared"
 
@@ -75,7 +78,7 @@ def test_two_repositories_with_one_slug_each_run_their_own_batch_on_one_store(tm
     for engine, own, task in ((alpha, alpha_id, "task-a"), (beta, beta_id, "task-b")):
         code, out, _ = cli(engine.root, "status", SLUG, "--json", capsys=capsys)
         assert code == 0 and json.loads(out)["batch_id"] == own
-        assert engine.service.initiative(SLUG).batch_ids() == [own]
+        assert initiative(engine.deps, SLUG).batch_ids() == [own]
         assert [child["task_id"] for child in engine.batch.record["children"]] == [task]
     assert alpha.subjects(alpha.batch.record["base_head"]) != beta.subjects(beta.batch.record["base_head"])
     assert sorted(EventStore(store_url).batch_ids()) == sorted([alpha_id, beta_id])
@@ -116,7 +119,7 @@ def test_an_initiative_keyed_by_slug_alone_still_loads_in_its_own_repository_onl
     owner = Engine.create(tmp_path / "owner", {"task-a": Task(["a.txt"])}, slug=SLUG, store_url=store_url)
     other = Engine.create(tmp_path / "other", {"task-a": Task(["a.txt"])}, slug=SLUG, store_url=store_url)
     store = EventStore(store_url)
-    legacy_initiative(store, SLUG, owner.root, f"batch-{SLUG}-old", owner.service.confirmation(SLUG))
+    legacy_initiative(store, SLUG, owner.root, f"batch-{SLUG}-old", prepare_confirmation(owner.deps, SLUG))
     store.close()
 
     # the owner (the checkout the old authorization recorded) ticks the old batch on
@@ -133,7 +136,7 @@ def test_an_initiative_keyed_by_slug_alone_still_loads_in_its_own_repository_onl
     assert out.strip() == f"batch-{SLUG}-old"
     legacy = EventStore(store_url)._aggregate(initiative_id(SLUG))
     assert legacy.owner == repository_id(Path(owner.root) / ".git", create=False)
-    assert other.service.initiative(SLUG).batch_ids() != [f"batch-{SLUG}-old"]
+    assert initiative(other.deps, SLUG).batch_ids() != [f"batch-{SLUG}-old"]
 
 
 def test_two_first_commands_at_once_agree_on_one_repository_id(tmp_path):
@@ -153,7 +156,7 @@ def test_two_first_commands_at_once_agree_on_one_repository_id(tmp_path):
 def test_confirmations_given_at_once_by_several_processes_start_one_batch(tmp_path, store_url, capsys):
     engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"])}, slug=SLUG,
                            store_url=store_url)
-    store = engine.service.store
+    store = engine.deps.store
     command = [sys.executable, "-m", "lanes_es.cli.main", "--root", engine.root, "authorize", SLUG, "--yes", "--json"]
     other = EventStore(store.url, lock_dir=store.lock_dir)
     try:
@@ -169,8 +172,8 @@ def test_confirmations_given_at_once_by_several_processes_start_one_batch(tmp_pa
     results = [(process.returncode, *output) for process, output in zip(processes, outputs)]
     assert all(code == 0 for code, _, _ in results), results
     printed = {json.loads(out)["batch_id"] for _, out, _ in results}
-    initiative = engine.service.initiative(SLUG)
-    assert len(printed) == 1 and initiative.batch_ids() == list(printed)
+    found = initiative(engine.deps, SLUG)
+    assert len(printed) == 1 and found.batch_ids() == list(printed)
     code, out, err = cli(engine.root, "tick", SLUG, "--json", capsys=capsys)
     assert code == 0, err
     assert json.loads(out)["batch_state"] == "running"
@@ -178,9 +181,9 @@ def test_confirmations_given_at_once_by_several_processes_start_one_batch(tmp_pa
 
 def test_an_authorization_whose_append_lost_the_race_rereads_and_records_nothing_twice(tmp_path, store_url):
     engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])}, slug=SLUG, store_url=store_url)
-    store = engine.service.store
-    mine = engine.service.confirmation(SLUG)
-    theirs = engine.service.confirmation(SLUG)
+    store = engine.deps.store
+    mine = prepare_confirmation(engine.deps, SLUG)
+    theirs = prepare_confirmation(engine.deps, SLUG)
     assert mine.batch_id != theirs.batch_id  # each decided on an Initiative with no batch yet
 
     save = store.save
@@ -200,29 +203,29 @@ def test_an_authorization_whose_append_lost_the_race_rereads_and_records_nothing
         return save(*aggregates)
 
     store.save = save_after_the_other_writer
-    recorded = engine.service.authorize(mine)
+    recorded = authorize(engine.deps, mine)
     assert recorded.batch_id == theirs.batch_id  # the same yes, given twice: the first one stands
-    assert engine.service.initiative(SLUG).batch_ids() == [theirs.batch_id]
-    aggregate = engine.service.initiative(SLUG).id
+    assert initiative(engine.deps, SLUG).batch_ids() == [theirs.batch_id]
+    aggregate = initiative(engine.deps, SLUG).id
     assert [row.originator_version for row in store.stored_events(aggregate)] == [1, 2]
 
 
 def test_a_confirmation_overtaken_by_a_different_one_is_refused_and_writes_nothing(tmp_path, store_url, capsys):
     engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"]), "task-b": Task(["b.txt"])}, slug=SLUG,
                            store_url=store_url)
-    mine = engine.service.confirmation(SLUG, max_parallel=1)
+    mine = prepare_confirmation(engine.deps, SLUG, BatchOptions(max_parallel=1))
     code, out, err = cli(engine.root, "authorize", SLUG, "--yes", "--max-parallel", "2", capsys=capsys)
     assert code == 0, err
     theirs = out.strip()
-    aggregate = engine.service.initiative(SLUG).id
-    before = engine.service.store.stored_events(aggregate)
-    from lanes_es.service import ServiceError
+    aggregate = initiative(engine.deps, SLUG).id
+    before = engine.deps.store.stored_events(aggregate)
+    from lanes_es.errors import ServiceError
 
     with pytest.raises(ServiceError) as refused:
-        engine.service.authorize(mine)
+        authorize(engine.deps, mine)
     assert refused.value.code == "confirmation_superseded"
     assert theirs in str(refused.value) and f"lanes-es authorize {SLUG}" in str(refused.value)
-    assert engine.service.store.stored_events(aggregate) == before
+    assert engine.deps.store.stored_events(aggregate) == before
 
 
 # ---------------------------------------------------------------- SQLite's busy timeout

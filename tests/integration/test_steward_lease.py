@@ -19,8 +19,10 @@ import pytest
 
 from lanes_es.adapters.steward_lease import LeaseHolder, StewardLeases, new_holder
 from tests.integration.test_autopilot import (
-    EXECUTOR, PROJECT, SLUG, TASKS, assert_completed_as_planned, executor_env, repo, service_of,  # noqa: F401
+    EXECUTOR, PROJECT, SLUG, TASKS, assert_completed_as_planned, executor_env, repo, deps_of,  # noqa: F401
 )
+from lanes_es.usecases.authorize import authorize
+from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
 
 SCOPE = f"steward:{SLUG}"
 
@@ -84,8 +86,8 @@ def wait_for_a_holder(url: str, among: list[subprocess.Popen[bytes]]) -> LeaseHo
 
 
 def admitted_once_each(url: str, root: str) -> None:
-    (batch_id,) = service_of(root).store.batch_ids()
-    admitted = [event.task_id for event in service_of(root).store.events(batch_id)
+    (batch_id,) = deps_of(root).store.batch_ids()
+    admitted = [event.task_id for event in deps_of(root).store.events(batch_id)
                 if type(event).__name__ == "LaneAdmitted"]
     assert sorted(admitted) == sorted(TASKS)
 
@@ -151,15 +153,15 @@ def test_a_tick_that_finds_the_batch_lock_held_is_tried_again_shortly(repo, tmp_
     """Another tick (a person's `lanes-es tick`) holds the batch: the autopilot says busy once and ticks again."""
     import threading
 
-    from lanes_es.steward.run import run_autopilot
+    from lanes_es.steward.run import AutopilotOptions, run_autopilot
 
-    service = service_of(repo)
-    confirmation = service.confirmation(SLUG, max_parallel=3)
-    service.authorize(confirmation)
+    deps = deps_of(repo)
+    confirmation = prepare_confirmation(deps, SLUG, BatchOptions(max_parallel=3))
+    authorize(deps, confirmation)
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with service_of(repo).store.batch_lock(confirmation.batch_id):
+        with deps_of(repo).store.batch_lock(confirmation.batch_id):
             held.set()
             release.wait(120)
 
@@ -174,8 +176,9 @@ def test_a_tick_that_finds_the_batch_lock_held_is_tried_again_shortly(repo, tmp_
             release.set()  # the other tick ends once the autopilot has said it is waiting for it
 
     try:
-        code = run_autopilot(service, SLUG, 3, tmp_path / "lanes", EXECUTOR, yes=True, out=out, poll=0.05,
-                             json_lines=True)
+        options = AutopilotOptions(batch=BatchOptions(max_parallel=3), lanes_dir=tmp_path / "lanes", executor=EXECUTOR,
+                                   yes=True, poll=0.05, json_lines=True)
+        code = run_autopilot(deps, SLUG, options, out=out)
     finally:
         release.set()
         holder.join()

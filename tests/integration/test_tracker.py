@@ -156,7 +156,7 @@ def test_a_local_initiative_has_no_tracker_by_default(tmp_path, monkeypatch, con
         monkeypatch.setenv("LANES_ES_TRACKER_COMMAND", configured)
     engine = make_engine(tmp_path, {"task-a": Task(["a.txt"])})
     engine.authorize()
-    assert engine.service.adapters.tick_ports(engine.root, engine.slug).tracker is None
+    assert engine.deps.adapters.tick_ports(engine.root, engine.slug).tracker is None
     enroll(engine, "task-a")
     engine.deliver("task-a", "a.txt", "a\n")
     report = engine.tick()

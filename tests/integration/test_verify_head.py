@@ -20,7 +20,7 @@ def test_a_log_cut_short_fails_against_the_head_recorded_before(tmp_path, capsys
     head = re.search(r"chain head (\w+)", capsys.readouterr().out).group(1)
     assert main(["--root", engine.root, "verify", batch_id, "--expect-head", head]) == 0
     capsys.readouterr()
-    engine.service.store.close()
+    engine.deps.store.close()
     rows = StoreRows(store_url)
     [(newest,)] = rows.query("SELECT MAX(originator_version) FROM {events} WHERE originator_id=?", batch_id)
     assert rows.execute("DELETE FROM {events} WHERE originator_id=? AND originator_version=?", batch_id, newest) == 1

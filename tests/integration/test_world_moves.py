@@ -28,6 +28,8 @@ from tests.engine import Engine, SteppingClock, Task
 from tests.engine_more import make_engine
 from tests.gitfixtures import all_refs, git_out, run_git
 from tests.integration.world_moves import make_move
+from lanes_es.usecases.confirmation import BatchOptions
+from lanes_es.usecases.load import active_batch, initiative
 
 PROJECT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
@@ -97,7 +99,7 @@ def test_a_move_through_the_cli_parks_or_refuses_and_nothing_lands_after_it(tmp_
         assert engine.batch.record["commits"] == [] and report["commits"] == []
         assert files_now(engine, files) == files
         assert "git add" not in report["reason"] + report["next_action"]
-    events = [type(event).__name__ for event in engine.service.store.events(engine.batch.id)]
+    events = [type(event).__name__ for event in engine.deps.store.events(engine.batch.id)]
     assert "Integrated" not in events and "LaneCommitted" not in events
     if state in ("needs_human", "failed"):  # the children in flight parked with the reason; their Lanes are kept
         assert [(c["state"], c["reason"].split(":")[0]) for c in engine.batch.record["children"]] == [
@@ -117,7 +119,7 @@ def test_a_changed_plan_goes_on_only_as_a_new_confirmation_of_the_new_plan(tmp_p
     assert tick(engine)[0] == 3
     code, _, err = cli("--root", engine.root, "authorize", engine.slug, "--max-parallel", "2", "--yes")
     assert code == 2 and "batch_plan_digest_changed" in err and "lanes-es retire" in err
-    assert engine.service.initiative(engine.slug).current.batch_id == old
+    assert initiative(engine.deps, engine.slug).current.batch_id == old
     assert cli("--root", engine.root, "retire", engine.slug, "--yes")[0] == 0
     code, out, err = cli("--root", engine.root, "authorize", engine.slug, "--max-parallel", "2", "--yes", "--json")
     assert code == 0, err
@@ -146,7 +148,7 @@ def test_a_fast_forward_of_the_batch_branch_is_adopted_in_the_same_tick_and_the_
             break
     assert report["batch_state"] == "completed" and code == 0
     assert git_out(engine.root, "merge-base", "--is-ancestor", user_commit, branch_head(engine)) == ""
-    assert len(engine.service.initiative(engine.slug).authorizations) == 1
+    assert len(initiative(engine.deps, engine.slug).authorizations) == 1
     assert files_now(engine, files) == files
 
 
@@ -169,8 +171,8 @@ def autopilot_with_a_move(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, move:
     coordinator, then delivers. (exit code, what the run said, the service, what the move left)."""
     from tests.gitfixtures import intent_json, make_repo
     from tests.engine import initiative_markdown
-    from lanes_es.steward.run import run_autopilot
-    from lanes_es.bootstrap import build_service
+    from lanes_es.steward.run import AutopilotOptions, run_autopilot
+    from lanes_es.bootstrap import bootstrap
 
     tasks = {"s1": Task(["one.txt"]), "s2": Task(["two.txt"])}
     root = make_repo(tmp_path / "repo", intents={t: intent_json(t, task.scope) for t, task in tasks.items()},
@@ -182,39 +184,41 @@ def autopilot_with_a_move(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, move:
     monkeypatch.setenv("LANES_ES_EXECUTOR_TEST_OTHER_TASK", "s2")
     monkeypatch.setenv("LANES_ES_EXECUTOR_HINT", json.dumps({"s1": {"path": "one.txt", "content": "one\n"},
                                                              "s2": {"path": "two.txt", "content": "two\n"}}))
-    service = build_service(root, clock=SteppingClock(time.time()))
+    deps = bootstrap(root, clock=SteppingClock(time.time()))
     lines: list[str] = []
     executor = [sys.executable, "-P", "-m", "tests.integration.world_moves"]
-    code = run_autopilot(service, "moves", 1, tmp_path / "lanes", executor, yes=True, out=lines.append, poll=0.05)
-    return code, "\n".join(lines), service, json.loads(moved.read_text())
+    options = AutopilotOptions(batch=BatchOptions(max_parallel=1), lanes_dir=tmp_path / "lanes", executor=executor,
+                               yes=True, poll=0.05)
+    code = run_autopilot(deps, "moves", options, out=lines.append)
+    return code, "\n".join(lines), deps, json.loads(moved.read_text())
 
 
 @pytest.mark.parametrize("move", sorted(EXPECTED))
 def test_a_move_during_an_autopilot_run_stops_it_with_the_reason(tmp_path, monkeypatch, move):
     """The autopilot's next tick after the move stops the batch with upstream's reason and nothing lands after it."""
-    code, text, service, facts = autopilot_with_a_move(tmp_path, monkeypatch, move)
+    code, text, deps, facts = autopilot_with_a_move(tmp_path, monkeypatch, move)
     exit_code, reason_code, state = EXPECTED[move]
     assert code == exit_code, text
     assert reason_code in text, text
-    batch = service.active_batch("moves")
+    batch = active_batch(deps, "moves")
     assert batch.batch_state == state
     assert batch.record["commits"] == []  # s1 was delivered, but never integrated after the move
-    assert git_out(service.root, "rev-parse", "imm/moves") == facts["head_after"]
-    assert {path: Path(service.root, path).read_bytes().hex() for path in facts["files"]} == facts["files"]
+    assert git_out(deps.root, "rev-parse", "imm/moves") == facts["head_after"]
+    assert {path: Path(deps.root, path).read_bytes().hex() for path in facts["files"]} == facts["files"]
 
 
 def test_a_fast_forward_during_an_autopilot_run_is_adopted_and_the_run_completes(tmp_path, monkeypatch):
     """The user's commit on the batch branch is adopted by the next tick; s1 integrates onto it, s2's Lane is cut
     from the history above it, and the run completes without asking again."""
-    code, text, service, facts = autopilot_with_a_move(tmp_path, monkeypatch, "branch")
+    code, text, deps, facts = autopilot_with_a_move(tmp_path, monkeypatch, "branch")
     assert code == 0, text
-    batch = service.active_batch("moves")
+    batch = active_batch(deps, "moves")
     assert batch.batch_state == "completed"
     assert batch.record["adopted_heads"] == [{"from": facts["head_before"], "to": facts["head_after"]}]
-    assert git_out(service.root, "rev-parse", f"{batch.record['commits'][0]}^") == facts["head_after"]
+    assert git_out(deps.root, "rev-parse", f"{batch.record['commits'][0]}^") == facts["head_after"]
     assert [child["lane"]["base_head"] for child in batch.record["children"]] == [  # s1 was cut before the move
         facts["head_before"], batch.record["commits"][0]]
-    assert len(service.initiative("moves").authorizations) == 1
+    assert len(initiative(deps, "moves").authorizations) == 1
 
 
 # ---------------------------------------------------------------- a move between any two ticks
@@ -243,7 +247,7 @@ def play_until(engine: Engine, move_before: int, move: str) -> dict[str, Any]:
         if number == move_before:
             files = touch_only(engine.root) if move == "touch" else make_move(move, engine.root, engine.slug, "s2")
             moved = {"files": files, "head": branch_head(engine) if engine.batch else None,
-                     "events": len(list(engine.service.store.events(engine.batch.id))) if engine.batch else 0,
+                     "events": len(list(engine.deps.store.events(engine.batch.id))) if engine.batch else 0,
                      "terminal": report["batch_state"] not in ("running", "rejected")}
         report = engine.tick(offers=offers)
         offers = {}
@@ -286,7 +290,7 @@ def test_a_move_between_any_two_ticks_is_either_covered_or_stops_the_batch(tmp_p
             continue
         assert report["reason"].split(":")[0] in STOPPING, (gap, report["reason"])
         assert report["reason"].split(":")[0] == EXPECTED[move][1], (gap, report["reason"])
-        after = [type(e).__name__ for e in list(engine.service.store.events(batch.id))[outcome["events"]:]]
+        after = [type(e).__name__ for e in list(engine.deps.store.events(batch.id))[outcome["events"]:]]
         assert not NOT_AFTER_A_MOVE & set(after), (gap, after)
         assert branch_head(engine) == outcome["head"], gap
         assert files_now(engine, outcome["files"]) == outcome["files"], gap
@@ -321,7 +325,7 @@ def test_a_tick_in_another_checkout_of_the_shared_store_is_refused_and_writes_on
     engine = mid_batch(tmp_path)
     clone = other_checkout(engine, tmp_path)
     coordinator, elsewhere = untouched(engine.root), untouched(clone)
-    state, events = engine.state_file().read_bytes(), len(list(engine.service.store.events(engine.batch.id)))
+    state, events = engine.state_file().read_bytes(), len(list(engine.deps.store.events(engine.batch.id)))
     for _ in range(2):
         code, out, err = cli("--root", clone, "tick", engine.slug, "--json")
         report = json.loads(out)
@@ -331,7 +335,7 @@ def test_a_tick_in_another_checkout_of_the_shared_store_is_refused_and_writes_on
         assert f"lanes-es authorize {engine.slug}" in report["reason"]
         assert untouched(clone) == elsewhere and untouched(engine.root) == coordinator
         assert engine.state_file().read_bytes() == state
-    logged = [type(e).__name__ for e in engine.service.store.events(engine.batch.id)][events:]
+    logged = [type(e).__name__ for e in engine.deps.store.events(engine.batch.id)][events:]
     assert logged == ["TickRejected", "TickRejected"]
     assert engine.batch.batch_state == "running" and engine.states() == ["enrolled", "enrolled"]
     code, report = tick(engine)  # in its own checkout the batch goes on: s1 integrates
@@ -354,10 +358,10 @@ def test_retire_from_another_checkout_of_the_shared_store_is_refused_and_retires
            f"({engine.root})" in err and "nothing was retired" in err and f"in {engine.root}" in err
     assert len(err.strip().splitlines()) == 1
     assert untouched(clone) == elsewhere and untouched(engine.root) == coordinator
-    assert engine.service.initiative(engine.slug).current is not None
+    assert initiative(engine.deps, engine.slug).current is not None
     code, out, err = cli("--root", engine.root, "retire", engine.slug, "--yes")
     assert code == 0, out + err
-    assert engine.service.initiative(engine.slug).current is None
+    assert initiative(engine.deps, engine.slug).current is None
 
 
 def test_a_renamed_checkout_is_another_repository_until_it_is_put_back(tmp_path):
@@ -391,18 +395,19 @@ def test_a_first_tick_in_another_checkout_creates_no_batch_and_no_branch(tmp_pat
 def test_an_autopilot_run_in_another_checkout_is_refused_and_makes_no_lane(tmp_path, monkeypatch):
     """`lanes-es run` from a clone sharing the store: the first tick is refused with the reason, the
     autopilot exits 2 without making a Lane or starting an Executor, and neither checkout changes."""
-    from lanes_es.steward.run import run_autopilot
-    from lanes_es.bootstrap import build_service
+    from lanes_es.steward.run import AutopilotOptions, run_autopilot
+    from lanes_es.bootstrap import bootstrap
 
     engine = mid_batch(tmp_path)
     clone = other_checkout(engine, tmp_path)
     coordinator, elsewhere = untouched(engine.root), untouched(clone)
     started = tmp_path / "started"
     lines: list[str] = []
-    service = build_service(clone, clock=SteppingClock(time.time()))
+    deps = bootstrap(clone, clock=SteppingClock(time.time()))
     executor = [sys.executable, "-c", f"open({str(started)!r}, 'w').close()"]
-    code = run_autopilot(service, engine.slug, 2, tmp_path / "clone-lanes", executor, yes=True, out=lines.append,
-                         poll=0.05)
+    options = AutopilotOptions(batch=BatchOptions(max_parallel=2), lanes_dir=tmp_path / "clone-lanes",
+                               executor=executor, yes=True, poll=0.05)
+    code = run_autopilot(deps, engine.slug, options, out=lines.append)
     text = "\n".join(lines)
     assert code == 2, text
     assert "batch_repository_changed" in text, text

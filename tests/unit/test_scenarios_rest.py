@@ -21,7 +21,7 @@ from lanes_es.domain.plan import compute_batch_plan_digest
 from lanes_es.domain.record import TERMINAL_BATCH_STATES, fold_record, is_terminal
 from lanes_es.domain.report import LANE_NEEDS_HUMAN_NEXT_ACTION, TERMINAL_NEXT_ACTIONS
 from lanes_es.ports import KernelError, Lineage, Tombstone, TrackerResult
-from lanes_es.service import Confirmation
+from lanes_es.usecases.confirmation import Confirmation
 from lanes_es.tick import run_lane_batch
 from lanes_es.tick_input import TickInput
 
@@ -214,7 +214,7 @@ def confirmation_facts(max_parallel: int = 2) -> dict[str, Any]:
 
 
 def test_del01_the_mcp_gate_offers_one_delegation_boolean_default_false():
-    from lanes_es.steward.confirmation import REVISION_DELEGATION_TEXT, confirmation_text
+    from lanes_es.usecases.gate import REVISION_DELEGATION_TEXT, confirmation_text
     from lanes_es.mcp_server import confirm_schema
 
     facts = confirmation_facts()

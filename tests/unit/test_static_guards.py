@@ -28,8 +28,9 @@ import pytest
 
 PROJECT = Path(__file__).resolve().parents[2]
 # The lane driver and the integrator: upstream's batch_lanes.ts and batch_integration.ts.
-LANE_MODULES = [*sorted(str(path.relative_to(PROJECT)) for path in (PROJECT / "lanes_es" / "tick").glob("*.py")),
-                "lanes_es/adapters/lane_git.py", "lanes_es/service.py"]
+LANE_MODULES = [*sorted(str(path.relative_to(PROJECT)) for folder in ("tick", "usecases")
+                        for path in (PROJECT / "lanes_es" / folder).glob("*.py")),
+                "lanes_es/adapters/lane_git.py"]
 # The entry points that stand where upstream's Host adapters stand.
 ENTRY_POINTS = ["lanes_es/cli/main.py", "lanes_es/mcp_server.py", "lanes_es/cli/run.py"]
 # The entry points' packages: they drive the steward and the use cases, as a Host does.
@@ -164,7 +165,7 @@ def test_stat01_only_the_steward_runs_worktree_commands():
 
 
 def test_stat01_the_tick_does_not_import_the_steward():
-    """The arrows point one way (docs/architecture.md): the steward drives the service; the runtime never calls the steward."""
+    """The arrows point one way (docs/architecture.md): the steward drives the use cases; the runtime never calls the steward."""
     importers = [module for module in python_modules("lanes_es", "projections")
                  if not module.startswith(STEWARD) and not module.startswith(ENTRY_PACKAGES)
                  for node in ast.walk(parse(module)) if isinstance(node, ast.ImportFrom)
