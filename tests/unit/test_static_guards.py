@@ -45,7 +45,9 @@ DELETING_FLAGS = {"branch": {"-d", "-D", "-m", "-M", "--delete", "--move", "--fo
 QUOTED_TOKENS = {"worktree", "checkout", "switch", "prune", "rm"}
 DELETE_CALLS = {"rmtree", "remove", "unlink", "rmdir", "removedirs"}
 OS_SPAWNS = re.compile(r"^(system|popen|spawn\w*|exec\w*|posix_spawn\w*)$")
-ENV_ALLOWED = re.compile(r"^(GIT_[A-Z_]+|LANES_ES_[A-Z_]+|PATH)$")
+# The Ray runner (lanes_es/adapters/ray_cluster.py) also reads Ray's own token settings, which is how
+# Ray's documentation tells a client to authenticate, and quiets gRPC's informational lines.
+ENV_ALLOWED = re.compile(r"^(GIT_[A-Z_]+|LANES_ES_[A-Z_]+|PATH|RAY_AUTH_[A-Z_]+|GRPC_VERBOSITY)$")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,201 @@
+"""What runs on a Ray node for lanes-es: the node's check host, one detached actor per node.
+
+The coordinator keeps git and the log; a node receives values and returns values:
+
+- a candidate's tree as git objects (its listing and its blobs, `TreePayload`), put once per candidate in
+  Ray's object store and handed to the host as a reference inside a list, so that Ray does not resolve
+  it per call: the host fetches it once, decodes it once, and every check of that candidate on this node
+  writes its own fresh copy from it;
+- a task's intent; each check then runs exactly as a local one does (`run_check_here`, the local runner's
+  own code: no shell, the limited environment, its own process group, the timeout, the output cap, the
+  protected inputs hashed before and after), and its result goes back as msgpack bytes of `HostResult`,
+  which the coordinator decodes as that type and nothing else.
+
+The host is a detached actor named after its node, so that a coordinator that restarts (a new Ray
+Client session) finds the attempts its predecessor started there: each attempt is kept under its id
+with the batch that started it, running or finished, until the coordinator collects or cancels it.
+Ray never retries anything here (`max_restarts=0`, `max_task_retries=0`): a lost node is the
+coordinator's decision, recorded in its log.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import msgspec
+
+from lanes_es.domain.events import CommandDigest
+
+HOST_PREFIX = "lanes-es-host-"
+TREES_KEPT = 8  # decoded candidate trees a host keeps (a round's candidates share most blobs)
+RESULTS_KEPT = 4096  # finished attempts kept for a coordinator to collect
+RESULT_LIMIT = 4 * 1024 * 1024  # the most bytes a host's answer may hold; more is not a result
+
+
+class TreeFile(msgspec.Struct, frozen=True, array_like=True):
+    path: str
+    mode: str
+    kind: str
+    sha: str
+
+
+class TreePayload(msgspec.Struct, frozen=True, kw_only=True):
+    """A tree as git holds it: each entry, and each blob's bytes by its id."""
+
+    identity: str
+    entries: list[TreeFile]
+    blobs: dict[str, bytes]
+
+
+class HostResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One check attempt's end on a node. `error`: the run could not complete (a check failure, never a
+    pass); `state` is `finished`, `running` (asked before its end) or `unknown` (no such attempt here)."""
+
+    attempt_id: str
+    state: str = "finished"
+    node: str = ""
+    task_id: str = ""
+    findings: list[str] = []
+    outputs: list[CommandDigest] = []
+    cancelled: bool = False
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def encode_tree(identity: str, entries: dict[str, Any], blobs: dict[str, bytes]) -> bytes:
+    """The payload of a tree held as the candidate builder holds it (path -> entry with mode, kind, sha)."""
+    files = [TreeFile(path, entry.mode, entry.kind, entry.sha) for path, entry in entries.items()]
+    wanted = {entry.sha for entry in entries.values() if entry.kind == "blob"}
+    return msgspec.msgpack.encode(TreePayload(identity=identity, entries=files,
+                                              blobs={sha: blobs[sha] for sha in wanted}))
+
+
+def decode_result(raw: Any) -> HostResult:
+    """A host's answer as a `HostResult`, or ValueError: bytes of a bounded size, of that shape."""
+    if not isinstance(raw, bytes) or len(raw) > RESULT_LIMIT:
+        raise ValueError("a node answered with something that is not a check result")
+    try:
+        return msgspec.msgpack.decode(raw, type=HostResult)
+    except msgspec.ValidationError as error:
+        raise ValueError(f"a node answered with a malformed check result ({error})") from None
+
+
+def _tree_from(payload: bytes) -> Any:
+    """The candidate builder's tree value, rebuilt from its payload on this node."""
+    from lanes_es.adapters.lane_git import CandidateTree, TreeEntry
+
+    decoded = msgspec.msgpack.decode(payload, type=TreePayload)
+    entries = {item.path: TreeEntry(item.mode, item.kind, item.sha) for item in decoded.entries}
+    return CandidateTree(entries, decoded.blobs)
+
+
+def run_check_here(tree: Any, task_id: str, intent: dict[str, Any]) -> tuple[list[str], list[CommandDigest]]:
+    """The local runner's check, on this node: failed finding ids and each item's output digest."""
+    from lanes_es.adapters.lane_git import _run_on_fresh_tree
+
+    return _run_on_fresh_tree(tree, task_id, intent)
+
+
+class _Attempt:
+    def __init__(self, batch_id: str) -> None:
+        self.batch_id = batch_id
+        self.result: bytes | None = None
+        self.done = threading.Event()
+
+
+class CheckHost:
+    """The node's host (wrapped by `ray.remote` in `host_actor`): runs checks in its threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._trees: OrderedDict[str, Any] = OrderedDict()
+        self._tree_locks: dict[str, threading.Lock] = {}
+        self._attempts: OrderedDict[str, _Attempt] = OrderedDict()
+
+    def describe(self) -> dict[str, str]:
+        """Which node this is, and which lanes-es runs here (the coordinator refuses another version)."""
+        from lanes_es.adapters.ray_cluster import ray_module
+
+        return {"node": ray_module().get_runtime_context().get_node_id(), "version": lanes_es_version(),
+                "pid": str(os.getpid())}
+
+    def run_check(self, attempt_id: str, batch_id: str, tree_ref: list[Any], task_id: str,
+                  intent: dict[str, Any]) -> bytes:
+        """Run one check attempt to its end; its result, also kept for `collect` under its id."""
+        attempt = _Attempt(batch_id)
+        with self._lock:
+            self._attempts[attempt_id] = attempt
+            while len(self._attempts) > RESULTS_KEPT:
+                self._attempts.popitem(last=False)
+        started = time.monotonic()
+        node = self.describe()["node"]
+        try:
+            findings, outputs = run_check_here(self._tree(tree_ref), task_id, intent)
+            result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id, findings=findings,
+                                outputs=outputs, seconds=time.monotonic() - started)
+        except Exception as error:  # the run could not complete: a failure, with why
+            result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id, error=str(error),
+                                seconds=time.monotonic() - started)
+        attempt.result = msgspec.msgpack.encode(result)
+        attempt.done.set()
+        return attempt.result
+
+    def collect(self, attempt_id: str) -> bytes:
+        """The attempt's result when it finished, else its state (`running`, or `unknown` here)."""
+        with self._lock:
+            attempt = self._attempts.get(attempt_id)
+        if attempt is None:
+            return msgspec.msgpack.encode(HostResult(attempt_id=attempt_id, state="unknown"))
+        if attempt.result is None:
+            return msgspec.msgpack.encode(HostResult(attempt_id=attempt_id, state="running"))
+        return attempt.result
+
+    def attempts_of(self, batch_id: str) -> list[str]:
+        """The ids of the attempts of `batch_id` this host holds (running or finished)."""
+        with self._lock:
+            return [attempt_id for attempt_id, attempt in self._attempts.items() if attempt.batch_id == batch_id]
+
+    def _tree(self, tree_ref: list[Any]) -> Any:
+        """The candidate's tree, decoded once on this node for all its checks here."""
+        from lanes_es.adapters.ray_cluster import ray_module
+
+        key = tree_ref[0].hex()
+        with self._lock:
+            lock = self._tree_locks.setdefault(key, threading.Lock())
+        with lock:  # the first check of a candidate fetches it; the others wait for it, not fetch it again
+            with self._lock:
+                if key in self._trees:
+                    self._trees.move_to_end(key)
+                    return self._trees[key]
+            tree = _tree_from(ray_module().get(tree_ref[0]))
+            with self._lock:
+                self._trees[key] = tree
+                while len(self._trees) > TREES_KEPT:
+                    dropped, _ = self._trees.popitem(last=False)
+                    self._tree_locks.pop(dropped, None)
+            return tree
+
+
+def lanes_es_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lanes-es")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def host_actor(ray: Any, node_id: str, slots: int) -> Any:
+    """The host of `node_id`, made there when it is not running yet (detached: it outlives a coordinator)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from lanes_es.adapters.ray_cluster import NAMESPACE
+
+    return ray.remote(CheckHost).options(
+        name=f"{HOST_PREFIX}{node_id}", namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+        num_cpus=0, max_restarts=0, max_task_retries=0, max_concurrency=max(slots, 1) + 4,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)).remote()

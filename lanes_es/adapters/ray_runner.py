@@ -1,0 +1,180 @@
+"""`RayCheckRunner`: candidate checks on a Ray cluster's nodes, dispatched and accounted for by the coordinator.
+
+Each check is an *attempt* with an id of its own, sent to one node's host (`ray_host.CheckHost`) that the
+runner chooses (the alive node with the most free slots; a node's slots are its `lanes_es_slots`
+resource), so that the dispatch names its node before anything runs. The candidate's tree goes into Ray's
+object store once per candidate; each attempt carries a reference to it.
+
+What can happen to an attempt, and what the runner does (Ray retries nothing: every rerun is decided here):
+- it ends: its result (decoded as `HostResult` only) is the check's result;
+- its node or host is lost (`RayActorError` and kin, or the node reported dead): the node is taken out,
+  the loss noted, and the check sent to another node, up to `LOST_RERUNS` times; a check lost every time
+  raises `ClusterLost`, never a failure of the Lane's checks.
+Each of these is handed to `journal` (dispatched, ended, lost) for the coordinator's log.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from lanes_es.adapters.ray_cluster import RayUnavailable, connect, slot_nodes
+from lanes_es.adapters.ray_host import HostResult, decode_result, encode_tree, host_actor, lanes_es_version
+
+LOST_RERUNS = 2  # a check whose node was lost runs again on another node at most this often
+TREES_HELD = 16  # candidates' trees the runner keeps in the object store at once
+
+
+class ClusterLost(RayUnavailable):
+    """No node could run a check to its end: the cluster lost them, or has none with slots."""
+
+
+@dataclass(frozen=True)
+class AttemptNote:
+    """One fact about an attempt, for the coordinator's log: `dispatched`, `ended` or `lost`."""
+
+    kind: str
+    attempt_id: str
+    node: str
+    task_id: str
+    tree: str
+    detail: str = ""
+
+
+@dataclass
+class _Slots:
+    """Free check slots per alive node; `take` blocks until one is free and picks the freest node."""
+
+    free: dict[str, int]
+    ready: threading.Condition = field(default_factory=threading.Condition)
+
+    def take(self) -> str:
+        with self.ready:
+            while True:
+                if not self.free:
+                    raise ClusterLost("the Ray cluster has no node left that offers check slots (lanes_es_slots)")
+                node = max(self.free, key=lambda name: self.free[name])
+                if self.free[node] > 0:
+                    self.free[node] -= 1
+                    return node
+                self.ready.wait()
+
+    def give_back(self, node: str) -> None:
+        with self.ready:
+            if node in self.free:
+                self.free[node] += 1
+            self.ready.notify_all()
+
+    def lose(self, node: str) -> None:
+        with self.ready:
+            self.free.pop(node, None)
+            self.ready.notify_all()
+
+
+def tree_identity(tree: Any) -> str:
+    """The tree's identity: the builder's when it has one, else the digest of its listing."""
+    identity = getattr(tree, "identity", None)
+    if isinstance(identity, str):
+        return identity
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path, entry in sorted(tree.entries.items()):
+        digest.update(f"{entry.mode} {entry.sha} {path}\0".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
+class RayCheckRunner:
+    """Checks on the cluster `runner` (`ray://HOST:PORT`) for batch `batch_id`."""
+
+    def __init__(self, runner: str, batch_id: str, journal: Callable[[AttemptNote], None] | None = None) -> None:
+        self.runner, self.batch_id = runner, batch_id
+        self.journal = journal or (lambda note: None)
+        self._ray = connect(runner)
+        nodes = slot_nodes(self._ray)
+        if not nodes:
+            raise ClusterLost(f"the Ray cluster at {runner} has no node that offers check slots: start its nodes "
+                              f"with --resources='{{\"lanes_es_slots\": N}}'")
+        self._hosts = {node: host_actor(self._ray, node, slots) for node, slots in nodes.items()}
+        self._require_same_version()
+        self.slots = _Slots(free=dict(nodes))
+        self._trees: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def _require_same_version(self) -> None:
+        here = lanes_es_version()
+        for node, host in list(self._hosts.items()):
+            try:
+                there = self._ray.get(host.describe.remote(), timeout=120)["version"]
+            except self._lost_errors():
+                self._hosts.pop(node)
+                continue
+            if there != here:
+                raise RayUnavailable(f"node {node} of the Ray cluster runs lanes-es {there}, this coordinator "
+                                     f"{here}: install the same version on every node")
+
+    def _lost_errors(self) -> tuple[type[BaseException], ...]:
+        exceptions = self._ray.exceptions
+        return tuple(getattr(exceptions, name) for name in (
+            "RayActorError", "ActorUnavailableError", "NodeDiedError", "WorkerCrashedError", "ObjectLostError",
+            "OwnerDiedError", "GetTimeoutError") if hasattr(exceptions, name))
+
+    def tree_ref(self, tree: Any) -> tuple[str, Any]:
+        """The tree's identity and its one reference in the object store (put at its first check)."""
+        identity = tree_identity(tree)
+        with self._lock:
+            ref = self._trees.get(identity)
+            if ref is None:
+                ref = self._ray.put(encode_tree(identity, tree.entries, tree.blobs))
+                self._trees[identity] = ref
+                while len(self._trees) > TREES_HELD:
+                    self._trees.pop(next(iter(self._trees)))
+            return identity, ref
+
+    def run_attempts(self, tree: Any, task_id: str, intent: dict[str, Any]) -> HostResult:
+        """One task's check on the cluster: dispatched, and dispatched again on another node when its node is
+        lost, at most LOST_RERUNS times; ClusterLost past that."""
+        identity, ref = self.tree_ref(tree)
+        for _ in range(LOST_RERUNS + 1):
+            node = self.slots.take()
+            attempt_id = uuid.uuid4().hex
+            try:
+                self.journal(AttemptNote("dispatched", attempt_id, node, task_id, identity))
+                host = self._hosts[node]
+                try:
+                    raw = self._ray.get(host.run_check.remote(attempt_id, self.batch_id, [ref], task_id, intent))
+                except self._lost_errors() as error:
+                    self.slots.lose(node)
+                    self.journal(AttemptNote("lost", attempt_id, node, task_id, identity, _first_line(error)))
+                    continue
+                try:
+                    result = decode_result(raw)
+                except ValueError as error:
+                    result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id, error=str(error))
+                if result.attempt_id != attempt_id or result.task_id != task_id:
+                    result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id,
+                                        error="a node answered for another attempt")
+                self.journal(AttemptNote("ended", attempt_id, node, task_id, identity,
+                                         "passed" if not result.findings and result.error is None else "failed"))
+                return result
+            finally:
+                self.slots.give_back(node)
+        raise ClusterLost(f"the check of {task_id} was lost with its node {LOST_RERUNS + 1} times on {self.runner}; "
+                          f"run the tick again when the cluster is whole")
+
+    def collect(self, node: str, attempt_id: str) -> HostResult:
+        """An attempt a coordinator before this one started: its result, or its state (running, unknown)."""
+        host = self._hosts.get(node)
+        if host is None:
+            return HostResult(attempt_id=attempt_id, state="unknown", node=node)
+        try:
+            return decode_result(self._ray.get(host.collect.remote(attempt_id), timeout=60))
+        except self._lost_errors():
+            return HostResult(attempt_id=attempt_id, state="unknown", node=node)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0][:300] if text else ''}"
