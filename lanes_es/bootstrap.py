@@ -92,6 +92,7 @@ class RealAdapters:
 
     def tick_ports(self, root: str, slug: str) -> TickPorts:
         from lanes_es.adapters.batch_git import GitBatch
+        from lanes_es.adapters.check_runner import LocalCheckRunner
         from lanes_es.adapters.final_verification import ProcessVerifier
         from lanes_es.adapters.kernel import ReferenceKernel
         from lanes_es.adapters.lane_git import GitLanes
@@ -105,6 +106,7 @@ class RealAdapters:
         batch_git = GitBatch()
         command = os.environ.get("LANES_ES_TRACKER_COMMAND")
         return TickPorts(kernel=kernel, batch_git=batch_git, lane_git=GitLanes(), verifier=ProcessVerifier(),
+                         check_runner=LocalCheckRunner(),
                          tracker=CommandTracker(command) if command else None, leaks=GitLeakRestorer(),
                          runtime_contracts=ManifestRuntimeContracts(),
                          revisions=kernel if hasattr(kernel, "apply_delegated_revision") else None,

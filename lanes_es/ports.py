@@ -85,6 +85,8 @@ class AdvanceResult(msgspec.Struct, frozen=True, kw_only=True):
     environment_failure: bool = False
     recovery_category: str | None = None
     qa_outputs: list[CommandDigest] = []  # the QA run of this advance, item by item (none ran: empty)
+    qa_tree: str | None = None  # the identity of the tree that QA saw, and the acceptance it ran (None: no QA ran)
+    qa_acceptance: str | None = None
 
 
 class Tombstone(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,6 +125,47 @@ class CandidateCheck(msgspec.Struct, frozen=True, kw_only=True):
     attempts: int = 1
     flaky: list[str] = []  # finding ids that failed, then passed on a rerun
     outputs: list[CommandDigest] = []  # each item's command output digest (the last attempt)
+    tree: str | None = None  # the check's inputs: the identity of the tree it saw, the acceptance it ran
+    acceptance: str | None = None
+    reused_from: int | None = None  # the log event whose passing verdict on the same inputs stands for it
+    cancelled: bool = False  # cut short: a candidate it stood on failed
+
+
+class CheckRun(msgspec.Struct, frozen=True, kw_only=True):
+    """One task's acceptance run on one tree (CheckRunner): its failed finding ids (empty: it passed), each
+    item's command facts, and whether a cancellation cut it short (its verdict then means nothing)."""
+
+    task_id: str
+    findings: list[str]
+    outputs: list[CommandDigest] = []
+    cancelled: bool = False
+
+
+def check_on(tree: str, check: "PlannedCheck", run: CheckRun, attempts: int = 1,
+             flaky: list[str] | None = None) -> CandidateCheck:
+    """A task's run on a candidate (`tree`: the identity of the tree it saw) as its verdict carries it."""
+    return CandidateCheck(task_id=check.task_id, findings=list(run.findings), attempts=attempts, flaky=flaky or [],
+                          outputs=list(run.outputs), tree=tree, acceptance=check.acceptance, cancelled=run.cancelled)
+
+
+class PlannedCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """A task whose acceptance runs on a candidate: its intent as the candidate holds it, the digest of that
+    acceptance, and (under a flake policy) its intent at the Lane's base, None when it had none there."""
+
+    task_id: str
+    intent: dict[str, Any]
+    acceptance: str
+    at_base: dict[str, Any] | None = None
+
+
+class CandidateChecks(msgspec.Struct, frozen=True, kw_only=True):
+    """What verifying a candidate runs: its commit, the tree every check sees (an adapter's value the
+    CheckRunner takes, `tree_identity` naming what it holds), and the tasks to run on it, child first."""
+
+    commit: str
+    tree: Any
+    tree_identity: str
+    checks: list[PlannedCheck]
 
 
 class CandidateVerdict(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,6 +179,14 @@ class CandidateVerdict(msgspec.Struct, frozen=True, kw_only=True):
     def passed(self) -> bool:
         return self.reason is None
 
+    @classmethod
+    def of(cls, commit: str, checks: list[CandidateCheck]) -> "CandidateVerdict":
+        """The candidate's verdict from its checks: serial's park reason when any failed."""
+        from lanes_es.domain.candidates import check_failure_reason
+
+        failed = [finding for check in checks for finding in check.findings]
+        return cls(commit=commit, checks=checks, reason=check_failure_reason(failed, commit) if failed else None)
+
 
 class TrackerResult(msgspec.Struct, frozen=True, kw_only=True):
     status: str
@@ -144,6 +195,43 @@ class TrackerResult(msgspec.Struct, frozen=True, kw_only=True):
 
 # One final-verification command's outcome is the same fact in the port and in the log.
 CommandResult = VerificationResult
+
+
+class Cancel:
+    """Set once, from any thread: whatever works under it stops. Who starts work under it says how to stop
+    that work (`on_set`: an adapter kills the process group it started); a hook added after `set` runs at once."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._set = threading.Event()
+        self._lock = threading.Lock()
+        self._hooks: dict[int, Any] = {}
+        self._next = 0
+
+    def is_set(self) -> bool:
+        return self._set.is_set()
+
+    def set(self) -> None:
+        with self._lock:
+            self._set.set()
+            hooks = list(self._hooks.values())
+        for hook in hooks:
+            hook()
+
+    def on_set(self, hook: Any) -> int:
+        """Run `hook` when this is set (now, when it already is); the number `forget` takes."""
+        with self._lock:
+            self._next += 1
+            self._hooks[self._next] = hook
+            already = self._set.is_set()
+        if already:
+            hook()
+        return self._next
+
+    def forget(self, number: int | None) -> None:
+        with self._lock:
+            self._hooks.pop(number or 0, None)
 
 
 # ---------------------------------------------------------------- errors
@@ -158,11 +246,15 @@ class GitFailure(PortError):
 
 
 class IntegrationError(PortError):
-    """A guarded integration refused; `reason` is the BatchIntegrationReason code."""
+    """A guarded integration refused; `reason` is the BatchIntegrationReason code. A refusal by the checks
+    names the candidate they failed on and carries their results (`checks`)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, candidate: str | None = None,
+                 checks: list[CandidateCheck] | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.candidate = candidate
+        self.checks = checks or []
 
 
 class KernelError(PortError):
@@ -218,19 +310,26 @@ class LaneGit(Protocol):
         """The candidates parent + L1, + L2, ... of (lane base, lane commit) pairs, each as `build_candidate`
         would build it on the one before; the list stops at the first failure, which it holds."""
 
-    def verify_candidate(self, request: IntegrationRequest, build: CandidateBuild, slots: Any,
-                         flake_reruns: int = 0) -> CandidateVerdict:
-        """The acceptance rerun of docs/upstream.md#the-descriptor-rerun-and-deterministic-qa on the candidate, each task's checks on its own fresh tree, at most as
-        many at once as `slots` (a semaphore) allows; IntegrationError when the rerun cannot run at all.
-        A failed task whose failed checks all existed, unchanged, at the lane base runs again, up to
-        `flake_reruns` times."""
+    def candidate_checks(self, request: IntegrationRequest, build: CandidateBuild,
+                         flake_reruns: int = 0) -> CandidateChecks:
+        """What the acceptance rerun of docs/upstream.md#the-descriptor-rerun-and-deterministic-qa runs on a built candidate (the child, then each sibling landed
+        since the lane base, their intents as the candidate holds them); IntegrationError when the rerun
+        cannot run at all (an intent absent or unreadable, a descriptor invalid). With `flake_reruns`, each
+        task's intent at the lane base too."""
 
     def land_candidate(self, root: str, branch: str, expected_head: str, commit: str) -> str:
         """The branch's lineage checked as integrate checks it, then a fast-forward to `commit`."""
 
-    def integrate(self, request: IntegrationRequest, checks: list[CandidateCheck] | None = None) -> str:
+    def keep_candidate(self, root: str, ref: str, commit: str) -> str | None:
+        """Point `ref` at a candidate that failed, so that a person can inspect it (git would otherwise
+        collect it); the ref, or None when git refused (the park goes on without it)."""
+
+    def integrate(self, request: IntegrationRequest, checks: list[CandidateCheck] | None = None,
+                  verify: Any = None) -> str:
         """docs/upstream.md#the-guarded-integration: the new batch head; raises IntegrationError (branch unmoved). `checks`, when given,
-        receives each task's rerun on the candidate (findings and output digests) for the log."""
+        receives each task's rerun on the candidate (findings and output digests) for the log. `verify`, when
+        given, runs the rerun (CandidateChecks -> CandidateVerdict: the tick's, with its workers and reuse);
+        without it the checks run one after another here."""
 
     def find_integrated(self, root: str, task_id: str, batch_id: str, from_head: str, lane_base: str,
                         lane_commit: str) -> str | None:
@@ -263,6 +362,24 @@ class Kernel(Protocol):
 class Tracker(Protocol):
     def mark_terminal(self, root: str, task_id: str, phase: str, terminal_event_id: str) -> TrackerResult:
         """Close the child's Issue; statuses as upstream's tracker (updated, already_current, ...)."""
+
+
+class CheckRunner(Protocol):
+    """Where a candidate's checks run (this machine's processes; a cluster's workers): a tree and a task's
+    intent go out, the check's result comes back. Only the coordinator touches git and the log."""
+
+    def run_check(self, tree: Any, task_id: str, intent: dict[str, Any], cancel: Any = None) -> CheckRun:
+        """The task's acceptance on a fresh copy of `tree` (CandidateChecks.tree); blocks until it ends. When
+        `cancel` (a `Cancel`) is set, its running command is killed and the run is `cancelled`.
+        Raises IntegrationError when the run cannot complete at all."""
+
+
+class IntegrationHistory(Protocol):
+    """How the Initiative's earlier batches integrated: what the adaptive mode chooses from."""
+
+    def earlier_outcomes(self, initiative_slug: str, batch_id: str) -> tuple[list[bool], list[str]]:
+        """Newest first: for each Lane of the Initiative's batches before `batch_id` that reached integration,
+        whether it integrated (True) or failed there (False); and the ids of the batches read."""
 
 
 class Verifier(Protocol):

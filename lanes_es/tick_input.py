@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from lanes_es.domain import events as ev
-from lanes_es.ports import BatchGit, Kernel, LaneGit, Tracker, Verifier
+from lanes_es.ports import BatchGit, CheckRunner, IntegrationHistory, Kernel, LaneGit, Tracker, Verifier
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,8 @@ class TickPorts:
     batch_git: BatchGit
     lane_git: LaneGit
     verifier: Verifier
+    check_runner: CheckRunner | None = None  # where candidates' checks run (None: this machine's processes)
+    history: IntegrationHistory | None = None  # the Initiative's earlier batches (the adaptive mode reads them)
     tracker: Tracker | None = None
     leaks: LeakRestorer | None = None
     runtime_contracts: RuntimeContracts | None = None

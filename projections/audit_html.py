@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from lanes_es.domain import events as ev
 from lanes_es.domain.record import apply_event, prepared_record
 
+from .failures import failure_lines
 from .timeline import AnchorMarks, TimelineRow, tasks_in_plan_order, timeline
 
 LABEL_WIDTH = 190
@@ -307,8 +308,14 @@ def _parks(rows: list[TimelineRow]) -> str:
         f"<b>{_text(row.task_id)}</b>: {_text(row.facts.get('reason', ''))}"
         + (f" <span class=\"hint\">(skipped: {_text(', '.join(row.facts.get('skipped', [])))})</span>"
            if row.facts.get("skipped") else "")
-        + "</li>" for row in parks)
+        + _why(row.facts) + "</li>" for row in parks)
     return f"<section><h2>Parks</h2><ul class=\"parks\">{items}</ul></section>"
+
+
+def _why(facts: dict[str, Any]) -> str:
+    """A park's failed checks: each command's reason and times, and its output's tail, as `status` shows them."""
+    lines = failure_lines(facts)
+    return f"<pre class=\"why\">{_text(chr(10).join(lines))}</pre>" if lines else ""
 
 
 def _integrations(rows: list[TimelineRow], anchors: AnchorMarks) -> str:
@@ -460,6 +467,7 @@ h1{font-size:19px;margin:0 0 6px}h2{font-size:16px;margin:22px 0 8px}
 .mark{cursor:pointer}.mark:hover circle,.mark:hover rect{stroke:#000;stroke-width:1.5}
 .dim{opacity:.18}
 ul.parks li,ol.integrations li{margin:2px 0}
+pre.why{white-space:pre-wrap;font-size:12px;margin:4px 0 6px 16px;padding:4px 8px;background:#f6f6f6}
 .scroll{max-height:70vh;overflow:auto;border:1px solid var(--line);border-radius:6px}.scroll.short{max-height:40vh}
 table.grid{border-collapse:collapse;width:100%;font-size:12.5px}
 table.grid th{position:sticky;top:0;z-index:2;background:#eef1f5;text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);white-space:nowrap}

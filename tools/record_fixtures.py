@@ -85,14 +85,20 @@ class Recording:
 
 @contextlib.contextmanager
 def repeatable() -> Iterator[None]:
-    """uuid4 counting up from 1 and fixed git dates, for one scenario."""
+    """uuid4 counting up from 1, fixed git dates, and checks that start at one fixed moment and take no time
+    (a check's start and duration are facts of its log), for one scenario."""
+    from datetime import datetime, timezone
+
     counter = itertools.count(1)
 
     def next_uuid4() -> uuid.UUID:
         return uuid.UUID(int=next(counter), version=4)
 
     dates = {"GIT_AUTHOR_DATE": GIT_DATE, "GIT_COMMITTER_DATE": GIT_DATE}
-    with mock.patch.dict(os.environ, dates), mock.patch("uuid.uuid4", next_uuid4):
+    check_started = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    with mock.patch.dict(os.environ, dates), mock.patch("uuid.uuid4", next_uuid4), \
+            mock.patch("lanes_es.adapters.qa.check_clock", lambda: check_started), \
+            mock.patch("lanes_es.adapters.qa.check_timer", lambda: 0.0):
         yield
 
 

@@ -36,7 +36,8 @@ import msgspec
 from lanes_es.adapters.files import unwritable_directory, write_atomic
 from lanes_es.adapters.git import git, git_ok
 from lanes_es.adapters.delivery import worktree_delivery
-from lanes_es.adapters.qa import Finding, Verdict, run_acceptance_on_worktree, run_acceptance_on_worktree_with_outputs
+from lanes_es.adapters.qa import Finding, Verdict, run_acceptance_on_worktree, run_qa_on_worktree
+from lanes_es.domain.check_inputs import acceptance_digest
 from lanes_es.domain.audit_pair import (
     AUDIT_DIR,
     PROOF_FILE,
@@ -401,22 +402,23 @@ class ReferenceKernel:
 
     def _run_qa(self, store: LaneStore, lane_path: str, record: TaskRecord) -> AdvanceResult:
         reviewed = worktree_delivery(lane_path, record.task_id, list(record.intent_snapshot.get("scope_hint", [])))  # what the verdict is about; the lane commit must still match it
-        verdict, outputs = run_acceptance_on_worktree_with_outputs(lane_path, record.task_id, record.intent_snapshot)
+        qa = run_qa_on_worktree(lane_path, record.task_id, record.intent_snapshot)
+        verdict, outputs = qa.verdict, qa.outputs
+        ran = {"qa_outputs": outputs, "qa_tree": qa.tree, "qa_acceptance": acceptance_digest(record.intent_snapshot)}
         at = self.clock()
         if not verdict.passed:
             record = _moved(record, at, "qa", artifact_state="active", next_obligation="submit_assurance",
                             decision="rework", findings=list(verdict.findings))
             store.write_record(record)
-            return AdvanceResult(state="rework", operation="qa", reason=_findings_text(verdict.findings),
-                                 qa_outputs=outputs)
+            return AdvanceResult(state="rework", operation="qa", reason=_findings_text(verdict.findings), **ran)
         record = _moved(record, at, "qa", decision="pass", diff_hash=reviewed)
         if record.risk == "routine":
-            return msgspec.structs.replace(self._complete(store, lane_path, record, at), qa_outputs=outputs)
+            return msgspec.structs.replace(self._complete(store, lane_path, record, at), **ran)
         operation_id = f"review-{uuid.uuid4()}"
         record = _moved(record, at, "review_opened", next_obligation="run_review",
                         review=Review(state="open", operation_id=operation_id), operation_id=operation_id)
         store.write_record(record)
-        return msgspec.structs.replace(_review_ready(record), qa_outputs=outputs)
+        return msgspec.structs.replace(_review_ready(record), **ran)
 
     def _rework_after_review(self, store: LaneStore, record: TaskRecord) -> AdvanceResult:
         text = record.review.text or "the Review was rejected"

@@ -12,21 +12,21 @@ its checks allow; the comments say which upstream calls one command stands for.
 from __future__ import annotations
 
 import os
-import tempfile
-import threading
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import msgspec
 
+from lanes_es.adapters.check_runner import CheckTree, TreeEntry, run_in_turn
 from lanes_es.adapters.git import batch_identity_env, git, git_ok
 from lanes_es.adapters.git_dirs import find_checkout
-from lanes_es.adapters.processes import tree_prefix
-from lanes_es.domain.flakes import rerunnable
+from lanes_es.domain.candidates import check_failure_reason
+from lanes_es.domain.check_inputs import acceptance_digest, hidden_from_checks
 from lanes_es.domain.ids import is_valid_id
 from lanes_es.domain.jstext import parse_json
 from lanes_es.ports import (
     CandidateBuild,
     CandidateCheck,
+    CandidateChecks,
     CandidateVerdict,
     CoordinatorView,
     GitFailure,
@@ -35,6 +35,7 @@ from lanes_es.ports import (
     IntegrationRequest,
     LaneFacts,
     Lineage,
+    PlannedCheck,
 )
 
 LINEAGE_BROKEN = "batch_head_lineage_broken"
@@ -313,17 +314,25 @@ class GitLanes:
 
     # ------------------------------------------------------------ guarded integration
 
-    def integrate(self, request: IntegrationRequest, checks: list[CandidateCheck] | None = None) -> str:
+    def integrate(self, request: IntegrationRequest, checks: list[CandidateCheck] | None = None,
+                  verify: Callable[[CandidateChecks], CandidateVerdict] | None = None) -> str:
         """docs/upstream.md#the-guarded-integration: verify, build the candidate, rerun the descriptors, fast-forward.
 
-        Returns the new batch head; `checks` receives each task's rerun (for the log). Every refusal raises IntegrationError before the merge,
-        so the branch, index, worktree and refs stay where they were (candidate objects are
-        unreferenced). A git failure that is not a refusal is reported as upstream's driver
-        files a plain error: as a conflict.
+        Returns the new batch head; `checks` receives each task's rerun (for the log). `verify` runs the
+        rerun (the tick's: its workers, its reuse of verdicts); without it the checks run here one after
+        another. Every refusal raises IntegrationError before the merge, so the branch, index, worktree
+        and refs stay where they were (candidate objects are unreferenced). A git failure that is not a
+        refusal is reported as upstream's driver files a plain error: as a conflict.
         """
         try:
             candidate, landed_since_base = self._prepare_candidate(request)
-            self._rerun_descriptors(request, candidate, landed_since_base, checks)
+            planned = self._planned_checks(request, candidate, landed_since_base, CandidateTree.read)
+            verdict = (verify or run_in_turn)(planned)
+            if checks is not None:
+                checks.extend(verdict.checks)
+            if not verdict.passed:
+                raise IntegrationError(CHECK_FAILED, verdict.reason or check_failure_reason([], candidate),
+                                       candidate=candidate, checks=verdict.checks)
             return self._fast_forward(request.root, candidate)
         except IntegrationError:
             raise
@@ -399,38 +408,27 @@ class GitLanes:
             cls._merge_tree_has_merge_base = b"--merge-base" in usage.stdout + usage.stderr
         return cls._merge_tree_has_merge_base
 
-    def _rerun_descriptors(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str],
-                           checks: list[CandidateCheck] | None = None) -> None:
-        """docs/upstream.md#the-descriptor-rerun-and-deterministic-qa: the acceptance of the child and of each integrated sibling whose commit
-        landed after this Lane's base, run on the candidate tree (each task's result into `checks`)."""
-        tree, _, intents = self._rerun_set(request, candidate, landed_since_base)
-        failed: list[str] = []
-        for task_id, intent in intents:
-            findings, outputs = _run_on_fresh_tree(tree, task_id, intent)
-            failed.extend(findings)
-            if checks is not None:
-                checks.append(CandidateCheck(task_id=task_id, findings=findings, outputs=outputs))
-        if failed:
-            raise IntegrationError(CHECK_FAILED, check_failure_reason(failed, candidate))
-
-    def _rerun_set(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str],
-                   read_tree: Any = None
-                   ) -> tuple["CandidateTree", list[IntegrationChild], list[tuple[str, dict[str, Any]]]]:
-        """The candidate's tree (read once, shared by its checks), the tasks to rerun on it (the child,
-        then each sibling landed since the lane base) and their intents as the candidate holds them."""
+    def _planned_checks(self, request: IntegrationRequest, candidate: str, landed_since_base: set[str],
+                        read_tree: Callable[[str, str], "CheckTree"], flake_reruns: int = 0) -> CandidateChecks:
+        """docs/upstream.md#the-descriptor-rerun-and-deterministic-qa: the candidate's tree (read once, shared by its checks) and the tasks to rerun on it
+        (the child, then each sibling landed since the lane base), their intents as the candidate holds them;
+        under a flake policy, their intents at the lane base too (one cat-file)."""
         siblings = [sibling for sibling in request.siblings if sibling.commit and sibling.commit in landed_since_base]
         checks = [request.child, *siblings]
         for check in checks:
             if not check.intent_path:
                 raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: {check.task_id} has no intent to rerun")
         try:
-            tree = (read_tree or CandidateTree.read)(request.root, candidate)
+            tree = read_tree(request.root, candidate)
         except GitFailure as error:
             raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: the descriptor rerun could not complete: "
                                                  f"{error}") from None
         intents = [(check.task_id, self._candidate_intent(tree, candidate, check)) for check in checks]
         _require_valid_descriptors(intents)
-        return tree, checks, intents
+        at_base = _intents_at(request.root, request.lane_base, checks) if flake_reruns else {}
+        planned = [PlannedCheck(task_id=task_id, intent=intent, acceptance=acceptance_digest(intent),
+                                at_base=at_base.get(task_id)) for task_id, intent in intents]
+        return CandidateChecks(commit=candidate, tree=tree, tree_identity=tree.identity, checks=planned)
 
     # ------------------------------------------------------------ candidates of a round (speculative, batched)
 
@@ -582,34 +580,16 @@ class GitLanes:
             return CandidateTree.read(root, commit)
         return CandidateTree(listing, self._blobs, self._content_digests)
 
-    def verify_candidate(self, request: IntegrationRequest, build: CandidateBuild, slots: Any,
-                         flake_reruns: int = 0) -> CandidateVerdict:
-        """As the serial rerun, with each task's acceptance on its own fresh tree, concurrently; a failed task
-        runs again (up to `flake_reruns` times) only when its failed checks existed unchanged at the lane base."""
-        from concurrent.futures import ThreadPoolExecutor
+    def candidate_checks(self, request: IntegrationRequest, build: CandidateBuild,
+                         flake_reruns: int = 0) -> CandidateChecks:
+        """What verifying a built candidate runs: as the serial rerun, its tree from what the chain remembered
+        (no spawn), or read from git when it was not built here."""
+        return self._planned_checks(request, build.commit, set(build.landed_since_base), self._candidate_tree,
+                                    flake_reruns)
 
-        candidate = build.commit
-        tree, checks, intents = self._rerun_set(request, candidate, set(build.landed_since_base),
-                                                self._candidate_tree)
-        at_base = _intents_at(request.root, request.lane_base, checks) if flake_reruns else {}
-
-        def run(task_id: str, intent: dict[str, Any]) -> CandidateCheck:
-            with slots:
-                failed, outputs = _run_on_fresh_tree(tree, task_id, intent)
-            attempts, first = 1, failed
-            while failed and attempts <= flake_reruns and rerunnable(first, task_id, at_base.get(task_id), intent):
-                with slots:
-                    failed, outputs = _run_on_fresh_tree(tree, task_id, intent)
-                attempts += 1
-            return CandidateCheck(task_id=task_id, findings=failed, attempts=attempts,
-                                  flaky=first if first and not failed else [], outputs=outputs)
-
-        with ThreadPoolExecutor(max_workers=len(intents), thread_name_prefix="lanes-es-check") as pool:
-            futures = [pool.submit(run, task_id, intent) for task_id, intent in intents]
-            results = [future.result() for future in futures]
-        failed = [finding for result in results for finding in result.findings]
-        return CandidateVerdict(commit=candidate, checks=results,
-                                reason=check_failure_reason(failed, candidate) if failed else None)
+    def keep_candidate(self, root: str, ref: str, commit: str) -> str | None:
+        """`update-ref` (one spawn): the failed candidate stays reachable, for a person to inspect."""
+        return ref if git_ok(root, "update-ref", ref, commit).exit_code == 0 else None
 
     def land_candidate(self, root: str, branch: str, expected_head: str, commit: str) -> str:
         try:
@@ -694,12 +674,6 @@ class GitLanes:
 # ---------------------------------------------------------------- the candidate tree
 
 
-class TreeEntry(msgspec.Struct, frozen=True):
-    mode: str
-    kind: str
-    sha: str
-
-
 class LaneCommit(msgspec.Struct, frozen=True):
     """A lane commit's parents (None: unreadable) and `log --format=LOG_META` of it, as bytes."""
 
@@ -772,88 +746,16 @@ def _patched(listing: dict[str, TreeEntry], change: dict[str, str]) -> dict[str,
     return dict(sorted(patched.items()))
 
 
-class CandidateTree:
-    """A commit's full tree read from the object store: ls-tree, then every blob in one cat-file.
-
-    Not `git archive`: archive applies the tree's own `export-ignore` and `export-subst`
-    attributes, so a hostile `.gitattributes` could hide a sibling's file from the rerun.
-    Two spawns whatever the tree's size; the candidate is then written to as many fresh
-    temporary directories as there are descriptor sets to run, with no worktree involved.
-    """
-
-    def __init__(self, entries: dict[str, TreeEntry], blobs: dict[str, bytes],
-                 content_digests: dict[tuple[str, str], str] | None = None) -> None:
-        self.entries = entries
-        self.blobs = blobs
-        self._digests: dict[str, str] | None = None
-        # (blob, mode) -> digest, shareable between the candidates of a round, which hold mostly the same blobs
-        self._content_digests = {} if content_digests is None else content_digests
-        self._lock = threading.Lock()  # a candidate's checks ask for its digests from their own threads
+class CandidateTree(CheckTree):
+    """A CheckTree read from git: `ls-tree`, then every blob a check sees in one `cat-file` (two spawns,
+    whatever the tree's size)."""
 
     @classmethod
     def read(cls, root: str, commit: str) -> "CandidateTree":
         entries = _read_listing(root, commit)
-        wanted = sorted({entry.sha for entry in entries.values() if entry.kind == "blob"})
+        wanted = sorted({entry.sha for path, entry in entries.items()
+                         if entry.kind == "blob" and not hidden_from_checks(path)})
         return cls(entries, _read_blobs(root, wanted))
-
-    def file(self, path: str) -> bytes | None:
-        """The bytes of a regular file at `path`, or None (absent, a symlink, a submodule)."""
-        entry = self.entries.get(path)
-        if entry is None or entry.kind != "blob" or entry.mode not in ("100644", "100755"):
-            return None
-        return self.blobs.get(entry.sha)
-
-    def input_digests(self) -> dict[str, str]:
-        """The protected inputs of a tree written by `write_to`, as the QA runner reads them, computed once
-        from the objects in memory so that each check's run hashes its tree only after the checks."""
-        with self._lock:
-            if self._digests is None:
-                self._digests = {os.path.normpath(path): self._digest_of(entry)
-                                 for path, entry in self.entries.items() if entry.kind == "blob"}
-            return self._digests
-
-    def _digest_of(self, entry: TreeEntry) -> str:
-        from lanes_es.adapters.qa import input_digest
-
-        if entry.mode == "120000":
-            return "link:" + os.fsdecode(self.blobs[entry.sha])
-        key = (entry.sha, entry.mode)
-        if key not in self._content_digests:
-            self._content_digests[key] = input_digest(self.blobs[entry.sha], 0o755 if entry.mode == "100755" else 0o644)
-        return self._content_digests[key]
-
-    def write_to(self, directory: str) -> None:
-        """Write every entry under `directory`: files with their mode, symlinks as links, submodules as empty dirs.
-
-        Each check of a candidate gets a tree of its own (a check may write into its tree, and no copy
-        on this file system is both cheaper and safe: hard links would share a check's writes), so this
-        is the fixed cost per check: each directory is made once, each file with one open and one write."""
-        made = {directory}
-        for path, entry in self.entries.items():
-            target = _safe_target(directory, path)
-            parent = os.path.dirname(target)
-            if parent not in made:
-                os.makedirs(parent, exist_ok=True)
-                made.add(parent)
-            if entry.kind == "commit":
-                os.makedirs(target, exist_ok=True)
-                made.add(target)
-            elif entry.mode == "120000":
-                os.symlink(os.fsdecode(self.blobs[entry.sha]), target)
-            else:
-                mode = 0o755 if entry.mode == "100755" else 0o644
-                handle = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-                try:
-                    _write_all(handle, self.blobs[entry.sha])
-                    os.fchmod(handle, mode)  # the mode as git holds it, whatever the umask
-                finally:
-                    os.close(handle)
-
-
-def _write_all(handle: int, content: bytes) -> None:
-    view = memoryview(content)
-    while view:
-        view = view[os.write(handle, view):]
 
 
 def _read_blobs(root: str, shas: list[str]) -> dict[str, bytes]:
@@ -896,10 +798,6 @@ def _intents_at(root: str, commit: str, checks: list[IntegrationChild]) -> dict[
     return found
 
 
-def check_failure_reason(failed: list[str], candidate: str) -> str:
-    return f"{CHECK_FAILED}: {', '.join(failed)} failed on candidate {candidate}"
-
-
 def _lost_change(candidate: str, lane: str) -> IntegrationError:
     return IntegrationError(CONFLICT, f"{CONFLICT}: candidate {candidate} does not carry the lane commit {lane} change")
 
@@ -916,14 +814,6 @@ def _require_lineage(current_branch: str | None, current_head: str | None, branc
     if current_head != head:
         raise IntegrationError(LINEAGE_BROKEN, lineage_broken(
             f"current HEAD {current_head or ''} does not match expected batch head {head}"))
-
-
-def _safe_target(directory: str, path: str) -> str:
-    """git never stores `..`, `.git` or absolute paths in a tree it made; refuse one that does."""
-    parts = path.split("/")
-    if path.startswith("/") or any(part in ("", ".", "..") or part.lower() == ".git" for part in parts):
-        raise GitFailure(f"candidate tree holds an unsafe path {path!r}")
-    return os.path.join(directory, *parts)
 
 
 def _require_valid_descriptors(intents: Iterable[tuple[str, dict[str, Any]]]) -> None:
@@ -943,35 +833,5 @@ def _require_valid_descriptors(intents: Iterable[tuple[str, dict[str, Any]]]) ->
         raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: no descriptor to rerun")
 
 
-def _run_on_fresh_tree(tree: CandidateTree, task_id: str, intent: dict[str, Any]) -> tuple[list[str], list[Any]]:
-    """Run one task's acceptance on its own copy of the candidate (a run may write into its tree).
-
-    Returns the failed finding ids and each item's output digest (for the audit log); a rerun that
-    cannot complete is a check failure, never a pass.
-    """
-    from lanes_es.adapters.qa import run_acceptance_with_outputs  # the kernel's deterministic QA
-
-    try:
-        with tempfile.TemporaryDirectory(prefix=tree_prefix("candidate"), ignore_cleanup_errors=True) as directory:
-            tree.write_to(directory)
-            verdict, outputs = run_acceptance_with_outputs(directory, task_id, intent, tree.input_digests())
-    except IntegrationError:
-        raise
-    except Exception as error:
-        raise IntegrationError(CHECK_FAILED, f"{CHECK_FAILED}: the descriptor rerun could not complete: "
-                               f"{error}") from None
-    if verdict.decision == "pass":
-        return [], outputs
-    ids = [_finding_id(task_id, finding) for finding in verdict.findings]
-    return ids or [f"{task_id}:a descriptor"], outputs
-
-
-def _finding_id(task_id: str, finding: Any) -> str:
-    """Upstream names a failed item `<task_id>:<item.id>`."""
-    found = finding.get("id") if isinstance(finding, dict) else getattr(finding, "id", "")
-    found = str(found or "")
-    return found if found.startswith(f"{task_id}:") else f"{task_id}:{found}"
-
-
 __all__ = ["GitLanes", "StatusRead", "read_status", "parse_status_v2", "change_identities", "branch_and_head",
-           "real_path", "CandidateTree"]
+           "real_path", "CandidateTree", "check_failure_reason"]

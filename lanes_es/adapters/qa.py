@@ -27,14 +27,18 @@ from typing import Any, Iterator
 import msgspec
 
 from lanes_es.adapters.git import git
+from lanes_es.domain.check_inputs import EXECUTABLE, REGULAR, SYMLINK, blob_id, hidden_from_checks, tree_identity
 from lanes_es.domain.descriptor import CommandSpec, parse_verification_descriptor
-from lanes_es.domain.events import CommandDigest
+from lanes_es.domain.events import OUTPUT_TAIL_LIMIT, PASSING_TAIL_LIMIT, CommandDigest
+from lanes_es.domain.ids import format_timestamp
 from lanes_es.adapters.processes import Captured, kill_group, start_check, tree_prefix
+from lanes_es.ports import Cancel
 
 VERDICT_CONTRACT = "assurance_kernel/assurance_verdict/v2"
 OUTPUT_TAIL_BYTES = 400
 READ_CHUNK = 65536
 IDLE_POLL_SECONDS = 0.1
+CANCELLED = "cancelled: a candidate it stood on failed"
 
 
 class CheckError(Exception):
@@ -68,6 +72,23 @@ class Check(msgspec.Struct, frozen=True, kw_only=True):
     writable_paths: tuple[str, ...] = ()
 
 
+def _kill_quietly(process: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class QaRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A Lane's QA: upstream's verdict, each item's command facts, and the identity of the tree it saw."""
+
+    verdict: Verdict
+    outputs: list[CommandDigest]
+    tree: str
+
+
 # ---------------------------------------------------------------- public
 
 
@@ -81,11 +102,14 @@ def run_acceptance(tree_dir: str, task_id: str, intent: dict[str, Any],
 
 
 def run_acceptance_with_outputs(tree_dir: str, task_id: str, intent: dict[str, Any],
-                                inputs: dict[str, str] | None = None) -> tuple[Verdict, list[CommandDigest]]:
-    """`run_acceptance`, with each item's command output digest (in item order) for the audit log.
+                                inputs: dict[str, str] | None = None, cancel: Cancel | None = None
+                                ) -> tuple[Verdict, list[CommandDigest]]:
+    """`run_acceptance`, with each item's command facts (in item order) for the audit log: its output's
+    digest and tail, its failure reason, when it started and how long it ran.
 
     The digests are kept beside the verdict, not in it: the verdict is upstream's
-    `assurance_verdict/v2` document, which has no place for them."""
+    `assurance_verdict/v2` document, which has no place for them. With `cancel` set, the running command is
+    killed and the items not yet run fail as cancelled."""
     items = intent.get("acceptance") if isinstance(intent, dict) else None
     if not isinstance(items, list) or not items:
         return Verdict(decision="rework", findings=[Finding(id=f"{task_id}:*", reason="no acceptance item to check")]), []
@@ -101,13 +125,21 @@ def run_acceptance_with_outputs(tree_dir: str, task_id: str, intent: dict[str, A
         except ValueError as error:  # InvalidDescriptor, or an item without a verification: a failure
             failures[finding_id] = str(error)
     for index, group in enumerate(_groups(checks)):
-        failures.update(_run_group(os.path.realpath(tree_dir), group, inputs if index == 0 else None, outputs))
+        failures.update(_run_group(os.path.realpath(tree_dir), group, inputs if index == 0 else None, outputs,
+                                   cancel))
     findings = [Finding(id=finding_id, reason=failures[finding_id]) for finding_id in order if finding_id in failures]
-    digests = [CommandDigest(id=finding_id, passed=finding_id not in failures,
-                             output_sha256=outputs[finding_id].sha256 if finding_id in outputs else None,
-                             output_bytes=outputs[finding_id].size if finding_id in outputs else 0)
-               for finding_id in order]
+    digests = [_digest(finding_id, failures.get(finding_id), outputs.get(finding_id)) for finding_id in order]
     return Verdict(decision="rework" if findings else "pass", findings=findings), digests
+
+
+def _digest(finding_id: str, failure: str | None, output: "Output | None") -> CommandDigest:
+    """One item's facts for the log; `failure` is its finding's reason (None: it passed)."""
+    if output is None:
+        return CommandDigest(id=finding_id, passed=failure is None, reason=failure)
+    return CommandDigest(id=finding_id, passed=failure is None, output_sha256=output.sha256, output_bytes=output.size,
+                         reason=output.reason if failure is not None else None,
+                         output_tail=output.tail_text(OUTPUT_TAIL_LIMIT if failure is not None else PASSING_TAIL_LIMIT),
+                         started_at=output.started_at, duration_ms=output.duration_ms)
 
 
 def run_acceptance_on_worktree(worktree: str, task_id: str, intent: dict[str, Any]) -> Verdict:
@@ -121,20 +153,42 @@ def run_acceptance_on_worktree(worktree: str, task_id: str, intent: dict[str, An
 
 def run_acceptance_on_worktree_with_outputs(worktree: str, task_id: str, intent: dict[str, Any]
                                             ) -> tuple[Verdict, list[CommandDigest]]:
-    with materialized_worktree(worktree) as copy:
-        return run_acceptance_with_outputs(copy, task_id, intent)
+    run = run_qa_on_worktree(worktree, task_id, intent)
+    return run.verdict, run.outputs
+
+
+def run_qa_on_worktree(worktree: str, task_id: str, intent: dict[str, Any]) -> QaRun:
+    """The Lane's QA on a copy of its delivery, with the identity of the tree the checks saw."""
+    with materialized_tree(worktree) as (copy, identity):
+        verdict, outputs = run_acceptance_with_outputs(copy, task_id, intent)
+    return QaRun(verdict=verdict, outputs=outputs, tree=identity)
 
 
 @contextmanager
 def materialized_worktree(worktree: str) -> Iterator[str]:
     """A temporary directory holding what `git ls-files -co --exclude-standard` lists in `worktree`."""
+    with materialized_tree(worktree) as (copy, _):
+        yield copy
+
+
+@contextmanager
+def materialized_tree(worktree: str) -> Iterator[tuple[str, str]]:
+    """`materialized_worktree`, and the identity of the tree it holds (`check_inputs.tree_identity`).
+
+    The copy is what a candidate's check sees of the same commit: files with git's modes (0644, or 0755
+    when executable, whatever the worktree's other bits), symlinks as links, and nothing of `.imm/audit/`."""
     listed = git(worktree, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--")
     target = tempfile.mkdtemp(prefix=tree_prefix("qa-tree"))
+    entries: list[tuple[str, str, str]] = []
     try:
         for path in dict.fromkeys(part for part in listed.stdout.decode("utf-8", "surrogateescape").split("\0")
                                   if part):
-            _copy_entry(os.path.join(worktree, path), os.path.join(target, path))
-        yield target
+            if hidden_from_checks(path):
+                continue
+            entry = _copy_entry(os.path.join(worktree, path), os.path.join(target, path))
+            if entry is not None:
+                entries.append((path, *entry))
+        yield target, tree_identity(entries)
     finally:
         shutil.rmtree(target, ignore_errors=True)
 
@@ -168,7 +222,7 @@ def _groups(checks: list[Check]) -> list[list[Check]]:
 
 
 def _run_group(tree: str, group: list[Check], inputs: dict[str, str] | None = None,
-               outputs: dict[str, Output] | None = None) -> dict[str, str]:
+               outputs: dict[str, Output] | None = None, cancel: Cancel | None = None) -> dict[str, str]:
     """Failures of one environment group: prepare first (its failure fails the whole group), then each check;
     afterwards the protected inputs (every file the tree held outside the group's writable paths) must be
     as they were, the `./` executables among them."""
@@ -178,17 +232,22 @@ def _run_group(tree: str, group: list[Check], inputs: dict[str, str] | None = No
     with _sandbox_env() as env:
         prepare = group[0].prepare
         if prepare is not None:
-            reason = run_command(tree, prepare, env)
+            reason = run_command(tree, prepare, env, cancel=cancel)
             if reason is not None:
                 return {check.id: f"environment prepare failed: {reason}" for check in group}
         failures = {}
         for check in group:
+            if cancel is not None and cancel.is_set():
+                failures[check.id] = CANCELLED
+                continue
             output = Output()
-            reason = run_command(tree, check.command, env, output)
+            reason = run_command(tree, check.command, env, output, cancel=cancel)
             if outputs is not None and output.started:
                 outputs[check.id] = output
             if reason is not None:
                 failures[check.id] = reason
+        if cancel is not None and cancel.is_set():
+            return {check.id: failures.get(check.id, CANCELLED) for check in group}
     changed = _changed(before, _protected_inputs(tree, writable))
     if changed:
         # Which check wrote is unknown: a verdict on inputs the checks themselves altered proves nothing.
@@ -268,17 +327,61 @@ def _sandbox_env() -> Iterator[dict[str, str]]:
 
 class Output(Captured):
     """What a command wrote: the sha256 and length of its output, stdout and stderr as the one stream
-    the runner reads (stderr is joined to stdout), up to where the run stopped (exit, timeout, limit).
-    Nothing of it is kept (the runner keeps its own tail for the reason); `started` once the command ran."""
+    the runner reads (stderr is joined to stdout), up to where the run stopped (exit, timeout, limit),
+    and its last `OUTPUT_TAIL_LIMIT` bytes; `started` once the command ran, then when (`started_at`, the
+    wall clock), how long (`duration_ms`), and why it failed, in one line (`reason`, its tail left out)."""
 
     def __init__(self) -> None:
         super().__init__(keep=0)
         self.started = False
+        self.tail = b""
+        self.started_at: str | None = None
+        self.duration_ms: int | None = None
+        self.reason: str | None = None
+        self._began = 0.0
+
+    def add(self, chunk: bytes) -> None:
+        super().add(chunk)
+        self.tail = (self.tail + chunk)[-OUTPUT_TAIL_LIMIT:]
+
+    def begin(self) -> None:
+        self.started = True
+        self.started_at = format_timestamp(check_clock())
+        self._began = check_timer()
+
+    def end(self, reason: str | None) -> None:
+        self.duration_ms = int(round((check_timer() - self._began) * 1000))
+        self.reason = reason
+
+    def tail_text(self, limit: int) -> str:
+        """The output's last `limit` bytes or less, from a line start when one is within them (UTF-8, a cut
+        character replaced), trailing blank space dropped."""
+        kept = self.tail[-limit:]
+        if len(kept) < self.size:
+            newline = kept.find(b"\n")
+            if 0 <= newline < len(kept) - 1:
+                kept = kept[newline + 1:]
+        return kept.decode("utf-8", "replace").rstrip()
 
 
-def run_command(tree: str, command: CommandSpec, env: dict[str, str], output: Output | None = None) -> str | None:
+def check_clock() -> Any:
+    """When a check starts, as a UTC datetime (the fixture recorder replaces it and `check_timer`: its logs
+    repeat byte for byte)."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
+
+
+def check_timer() -> float:
+    """Seconds on a monotonic clock, for how long a check ran."""
+    return time.monotonic()
+
+
+def run_command(tree: str, command: CommandSpec, env: dict[str, str], output: Output | None = None,
+                cancel: Cancel | None = None) -> str | None:
     """Run one descriptor command in `tree`; None when it passed, else the reason it failed.
-    `output`, when given, receives the digest of what the command wrote (`started` once it ran)."""
+    `output`, when given, receives the digest of what the command wrote (`started` once it ran).
+    With `cancel` set (now or while it runs), the command is killed and the reason is CANCELLED."""
     cwd = _inside(tree, command.cwd)
     if cwd is None or not os.path.isdir(cwd):
         return f"cwd {command.cwd} is not a directory inside the tree"
@@ -286,14 +389,27 @@ def run_command(tree: str, command: CommandSpec, env: dict[str, str], output: Ou
         executable = resolve_executable(tree, command.executable, env["PATH"])
     except CheckError as error:
         return str(error)
+    if cancel is not None and cancel.is_set():
+        return CANCELLED
+    output = output if output is not None else Output()
+    output.begin()
     try:
         process = start_check([executable, *command.argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as error:
+        output.started = False
         return f"{command.executable} could not start: {error.strerror or error}"
-    output = output if output is not None else Output()
-    output.started = True
-    return _supervise(process, command, output)
+    hook = cancel.on_set(lambda: _kill_quietly(process)) if cancel is not None else None
+    try:
+        reason = _supervise(process, command, output)
+    finally:
+        if cancel is not None:
+            cancel.forget(hook)
+    if cancel is not None and cancel.is_set() and reason is not None:
+        reason, output.reason = CANCELLED, None  # killed because it was cancelled, whatever its exit says
+    # The reason without the output it quotes: the log keeps the tail on its own.
+    output.end(None if reason is None else output.reason or reason)
+    return reason
 
 
 def resolve_executable(tree: str, executable: str, path: str) -> str:
@@ -360,6 +476,7 @@ def _supervise(process: subprocess.Popen[bytes], command: CommandSpec, output: O
     finally:
         kill_group(process)
         process.stdout.close()
+    output.reason = _exit_reason(command.executable, code, b"")
     return _exit_reason(command.executable, code, tail)
 
 
@@ -373,12 +490,28 @@ def _exit_reason(executable: str, code: int, tail: bytes) -> str | None:
     return f"{executable} {what}" + (f": {shown}" if shown else "")
 
 
-def _copy_entry(source: str, destination: str) -> None:
-    """Copy one listed path: symlinks as links, regular files with their mode; anything else is skipped."""
+def _copy_entry(source: str, destination: str) -> tuple[str, str] | None:
+    """Copy one listed path: symlinks as links, regular files with git's mode (0644 or 0755); anything else
+    is skipped. Returns the copy's (git mode, object id), None when nothing was copied."""
     if not os.path.lexists(source):
-        return  # a tracked file the worktree deleted
+        return None  # a tracked file the worktree deleted
     os.makedirs(os.path.dirname(destination), exist_ok=True)
     if os.path.islink(source):
-        os.symlink(os.readlink(source), destination)
-    elif os.path.isfile(source):
-        shutil.copy2(source, destination)
+        target = os.readlink(source)
+        os.symlink(target, destination)
+        return SYMLINK, blob_id(os.fsencode(target))
+    if not os.path.isfile(source):
+        return None
+    with open(source, "rb") as handle:
+        content = handle.read()
+    executable = bool(os.stat(source).st_mode & 0o100)
+    mode = 0o755 if executable else 0o644
+    handle_out = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(handle_out, view):]
+        os.fchmod(handle_out, mode)  # the mode as git would check it out, whatever the umask
+    finally:
+        os.close(handle_out)
+    return (EXECUTABLE if executable else REGULAR), blob_id(content)

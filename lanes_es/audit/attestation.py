@@ -80,6 +80,8 @@ class FactsFold(msgspec.Struct, kw_only=True):
     built: dict[str, dict[str, Any]] = {}  # candidate commit -> its CandidateBuilt
     verified: dict[str, dict[str, Any]] = {}  # candidate commit -> its newest passing CandidateVerified
     integrated: list[dict[str, Any]] = []  # every integration so far, as the summary lists it
+    # "<event version>:<task>" -> the command outputs of a passing check there: what a reused verdict points at
+    passed_outputs: dict[str, list[dict[str, Any]]] = {}
 
     def apply(self, event: Any) -> IntegrationFact | None:
         """Fold one event; the facts of the integration it records, if it is one."""
@@ -112,7 +114,14 @@ class FactsFold(msgspec.Struct, kw_only=True):
             self.built[event.commit] = {"event_version": event.originator_version, "mode": event.mode,
                                         "lanes": list(event.lanes), "parent": event.parent,
                                         "reparented_from": event.reparented_from}
-        elif isinstance(event, ev.CandidateVerified) and event.commit and event.passed:
+        if isinstance(event, ev.Settled) and event.qa_outputs:
+            self.passed_outputs[f"{event.originator_version}:{event.task_id}"] = [o.plain() for o in event.qa_outputs]
+        elif isinstance(event, (ev.CandidateVerified, ev.Integrated)):
+            for check in event.checks:
+                if check.passed and check.outputs:
+                    self.passed_outputs[f"{event.originator_version}:{check.task_id}"] = [
+                        output.plain() for output in check.outputs]
+        if isinstance(event, ev.CandidateVerified) and event.commit and event.passed:
             self.verified[event.commit] = {"event_version": event.originator_version, "mode": event.mode,
                                            "commit": event.commit, "lanes": list(event.lanes),
                                            "bisection": event.bisection,
@@ -137,7 +146,7 @@ class FactsFold(msgspec.Struct, kw_only=True):
             intent=dict(self.intents.get(event.task_id) or {}) or None,
             candidate={"mode": built["mode"], "lanes": built["lanes"], "reparented_from": built["reparented_from"],
                        "built_event_version": built["event_version"]} if built else {"mode": "serial"},
-            verification=self._verification(event))
+            verification=self._with_reused_outputs(self._verification(event)))
         self.head = event.commit
         self.integrated.append(fact.summary_entry())
         return fact
@@ -159,6 +168,17 @@ class FactsFold(msgspec.Struct, kw_only=True):
                     "verified_directly": True,
                     "mode": "serial", "checks": [check.plain() for check in event.checks]}
         return {"source": None, "verified_commit": None, "verified_directly": None, "checks": []}
+
+    def _with_reused_outputs(self, verification: dict[str, Any]) -> dict[str, Any]:
+        """A check that reused a verdict on byte-identical inputs ran nothing: its command outputs are those of
+        the run it reused (`reused_from`: that event's version)."""
+        checks = []
+        for check in verification.get("checks") or []:
+            reused = check.get("reused_from")
+            if reused is not None and not check.get("outputs"):
+                check = {**check, "outputs": self.passed_outputs.get(f"{reused}:{check.get('task_id')}", [])}
+            checks.append(check)
+        return {**verification, "checks": checks} if "checks" in verification else verification
 
     def _covering_verdict(self, task_id: str, commit: str) -> dict[str, Any] | None:
         """The newest passing verdict naming `task_id` among its unverified intermediates whose candidate is
@@ -195,6 +215,10 @@ def acceptance_items(intent_bytes: bytes | None, task_id: str = "",
     outputs = {output.get("id"): output for check in verification.get("checks") or []
                if check.get("task_id") == task_id for output in check.get("outputs") or []}
     source = _verdict_source(verification)
+    reused = next((check.get("reused_from") for check in verification.get("checks") or []
+                   if check.get("task_id") == task_id and check.get("reused_from") is not None), None)
+    if reused is not None:
+        source += f"; the check was not run again: it had passed on byte-identical inputs (event {reused})"
     accepted = []
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict):

@@ -294,7 +294,7 @@ _BATCH_EVENTS = frozenset({
     ev.ParkResumed, ev.BatchSettled, ev.BatchSuperseded, ev.OffersRefused, ev.TickRejected,
     ev.ProjectionDriftRepaired, ev.CandidateBuilt, ev.CandidateVerified, ev.CandidateDiscarded,
     ev.IntegrationFellBack, ev.ExecutorRunStarted, ev.ExecutorRunFinished, ev.ExecutorRunKilled,
-})
+}) | frozenset(ev.AUDIT_ONLY)
 _AUDIT_ONLY = frozenset(ev.AUDIT_ONLY)
 
 

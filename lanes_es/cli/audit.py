@@ -29,6 +29,7 @@ from lanes_es.errors import naming
 from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK
 from lanes_es.errors import ServiceError
 from lanes_es.projections.audit_html import render_audit_html
+from lanes_es.projections.failures import failure_lines
 from lanes_es.projections.timeline import AnchorMarks, TimelineRow
 from lanes_es.cli.anchor import AnchorOptions, anchor_marks
 
@@ -263,6 +264,8 @@ class _TextSteps:
             out.write(f"-- tick {step.at}\n")
             self.previous_at = step.at
         out.write(step_text(step) + "\n")
+        for line in failure_lines(step.facts):
+            out.write(f"{'':>8}{line}\n")
         if step.version in self.anchors.attested:
             out.write(f"{'':>8}attested: {self.anchors.attested[step.version]}\n")
         for root in self.anchors.checkpoint_at(step.version):

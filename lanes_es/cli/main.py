@@ -329,10 +329,11 @@ def _add_authorize(commands: Any) -> None:
 
 
 def add_integration_options(command: Any) -> None:
-    command.add_argument("--integration", choices=("serial", "speculative", "batched"), default=None,
+    command.add_argument("--integration", choices=("serial", "speculative", "batched", "adaptive"), default=None,
                          help="how settled Lanes integrate: serial (upstream's, one candidate at a time), "
-                              "speculative (cumulative candidates verified at once; default) or batched (the top "
-                              "candidate only, bisecting on a failure)")
+                              "speculative (cumulative candidates verified at once; default), batched (the top "
+                              "candidate only, bisecting on a failure) or adaptive (batched or speculative, chosen "
+                              "each round from how often this Initiative's Lanes failed lately)")
     command.add_argument("--verify-workers", type=positive_int, default=None,
                          help="candidate checks run at once (default: max_parallel)")
     command.add_argument("--flake-reruns", type=int, choices=range(0, 6), default=None, metavar="N",
@@ -597,8 +598,27 @@ def _status(args: argparse.Namespace) -> int:
     # result; otherwise the record (a running batch)
     text = report or {**record, "reason": None, "handoffs": []}
     shown = {**record, "executor_attempts": attempts_json(runs)} if runs.attempts and args.json else record
-    _print(shown, args.json, lambda r: "\n".join([report_text(text), integration_text(batch), *attempts_lines(runs)]))
+    _print(shown, args.json, lambda r: "\n".join([report_text(text), integration_text(batch), *attempts_lines(runs)])
+           + failures_text(batch))
     return EXIT_OK
+
+
+def failures_text(batch: Any) -> str:
+    """Why each parked child, or child back in rework, stopped: its failed checks' reasons, times and output
+    tails, and where a failed candidate is kept (from the log; the v2 record has no place for them)."""
+    from lanes_es.projections.failures import failure_lines
+    from lanes_es.projections.timeline import facts_of
+
+    lines: list[str] = []
+    for child in batch.record["children"]:
+        event = batch.failures.get(child["task_id"])
+        if event is None or child["state"] not in ("needs_human", "enrolled"):
+            continue
+        shown = failure_lines(facts_of(event))
+        if shown:
+            lines.append(f"why {child['task_id']} stopped ({type(event).__name__} at {event.at}):")
+            lines += [f"  {line}" for line in shown]
+    return "".join(f"\n{line}" for line in lines)
 
 
 def integration_text(batch: Any) -> str:

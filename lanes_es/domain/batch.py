@@ -20,6 +20,7 @@ from .executor_runs import ExecutorRuns
 from .record import (
     IN_FLIGHT, apply_event, child_of, consumed_slots, dependents_to_skip, is_terminal, prepared_record,
 )
+from .check_inputs import reuse_key
 from .report import report_after
 from .validator import LANE_CHILD_STATES as LANE_STATES, InvalidRecord, validate_record
 
@@ -34,6 +35,11 @@ class LaneBatch(ChainedAggregate):
         self.verify_workers: int | None = None
         self.flake_reruns = 0
         self.executor_runs = ExecutorRuns()  # lanes-es's own: the Executor attempts, not in the v2 record
+        # lanes-es's own facts beyond the record, folded from the log: the passing verdicts a check on the
+        # same inputs may reuse (reuse key -> (event version, event type, candidate or None for QA)), and
+        # each child's latest failure (its Parked or QaFailureCounted event).
+        self.passed_checks: dict[str, tuple[int, str, str | None]] = {}
+        self.failures: dict[str, Any] = {}
 
     # ------------------------------------------------------------ creation
 
@@ -70,7 +76,24 @@ class LaneBatch(ChainedAggregate):
             apply_event(self.record, event)
             self.report = report_after(self.report, self.record, event)
             self.executor_runs.fold(event)
+            self._note_checks(event)
         super().apply_fact(event)
+
+    def _note_checks(self, event: Any) -> None:
+        """The verdicts and failures this event holds (most events hold none: two type tests)."""
+        kind = type(event)
+        if kind is ev.Settled:
+            if event.qa_tree and event.qa_acceptance and event.qa_outputs and all(o.passed for o in event.qa_outputs):
+                key = reuse_key(event.task_id, event.qa_acceptance, event.qa_tree)
+                self.passed_checks.setdefault(key, (event.originator_version, "Settled", None))
+        elif kind is ev.CandidateVerified or kind is ev.Integrated:
+            for check in event.checks:
+                if check.passed and check.tree and check.acceptance and not check.cancelled:
+                    key = reuse_key(check.task_id, check.acceptance, check.tree)
+                    self.passed_checks.setdefault(key, (check.reused_from or event.originator_version,
+                                                        kind.__name__, event.commit))
+        elif kind is ev.Parked or kind is ev.QaFailureCounted:
+            self.failures[event.task_id] = event
 
     def trigger_event(self, event_class: type[ev.Event], **fields: Any) -> None:  # type: ignore[override]
         """Apply the event, then require a valid record; if it is not, undo it and refuse, so that no
@@ -133,10 +156,11 @@ class LaneBatch(ChainedAggregate):
         self.trigger_event(ev.Enrolled, at=at, task_id=task_id, run_id=run_id, reason=reason)
 
     def settle(self, at: str, task_id: str, *, qa_failures_reset: bool = False,
-               qa_outputs: list[ev.CommandDigest] | None = None) -> None:
+               qa_outputs: list[ev.CommandDigest] | None = None, qa_tree: str | None = None,
+               qa_acceptance: str | None = None) -> None:
         self._require_child(task_id, "enrolled")
         self.trigger_event(ev.Settled, at=at, task_id=task_id, qa_failures_reset=qa_failures_reset,
-                           qa_outputs=qa_outputs or [])
+                           qa_outputs=qa_outputs or [], qa_tree=qa_tree, qa_acceptance=qa_acceptance)
 
     def commit_lane(self, at: str, task_id: str, lane_commit: str) -> None:
         self._require_child(task_id, "settled")
@@ -153,11 +177,14 @@ class LaneBatch(ChainedAggregate):
         self._require_child(task_id, "integrated")
         self.trigger_event(ev.Released, at=at, task_id=task_id)
 
-    def park(self, at: str, task_id: str, reason: str, *, qa_failures: int | None = None) -> None:
+    def park(self, at: str, task_id: str, reason: str, *, qa_failures: int | None = None,
+             candidate: str | None = None, candidate_ref: str | None = None,
+             failed_checks: list[ev.CheckVerdict] | None = None) -> None:
         self._require_child(task_id, *IN_FLIGHT)
         skipped = dependents_to_skip(self.record, task_id)
         self.trigger_event(ev.Parked, at=at, task_id=task_id, reason=reason, skipped=skipped,
-                           qa_failures=qa_failures)
+                           qa_failures=qa_failures, candidate=candidate, candidate_ref=candidate_ref,
+                           failed_checks=failed_checks or [])
 
     def count_qa_failure(self, at: str, task_id: str, qa_failures: int, correction_due: str | None = None,
                          qa_outputs: list[ev.CommandDigest] | None = None) -> None:
@@ -269,6 +296,29 @@ class LaneBatch(ChainedAggregate):
         self.trigger_event(ev.CandidateVerified, at=at, mode=mode, lanes=lanes, commit=commit, passed=passed,
                            reason=reason, checks=checks, bisection=bisection,
                            unverified_intermediates=unverified_intermediates or [])
+
+    def note_candidate_cancelled(self, at: str, mode: str, lanes: list[str], commit: str | None, because: list[str],
+                                 checks: list[ev.CheckVerdict]) -> None:
+        self._require_moving()
+        self.trigger_event(ev.CandidateCancelled, at=at, mode=mode, lanes=lanes, commit=commit, because=because,
+                           checks=checks)
+
+    def note_check_reused(self, at: str, task_id: str, lanes: list[str], commit: str | None, tree: str,
+                          acceptance: str, reused_from: int, reused_event: str, reused_commit: str | None) -> None:
+        self._require_moving()
+        self.trigger_event(ev.CheckVerdictReused, at=at, task_id=task_id, lanes=lanes, commit=commit, tree=tree,
+                           acceptance=acceptance, reused_from=reused_from, reused_event=reused_event,
+                           reused_commit=reused_commit)
+
+    def note_mode_chosen(self, at: str, mode: str, window: int, lanes: list[str], considered: int, failed: int,
+                         batches: list[str], reason: str) -> None:
+        self._require_moving()
+        self.trigger_event(ev.IntegrationModeChosen, at=at, mode=mode, window=window, lanes=lanes,
+                           considered=considered, failed=failed, batches=batches, reason=reason)
+
+    def reusable_verdict(self, key: str) -> tuple[int, str, str | None] | None:
+        """A passing verdict of this batch on the very inputs `key` names (`check_inputs.reuse_key`), or None."""
+        return self.passed_checks.get(key)
 
     def note_candidate_discarded(self, at: str, mode: str, lanes: list[str], commit: str | None, reason: str) -> None:
         self._require_moving()

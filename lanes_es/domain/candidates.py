@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 
 Candidate = tuple[str, ...]
 
-SERIAL, SPECULATIVE, BATCHED = "serial", "speculative", "batched"
-INTEGRATION_MODES = (SERIAL, SPECULATIVE, BATCHED)
+CHECK_FAILED = "batch_integration_check_failed"
+
+SERIAL, SPECULATIVE, BATCHED, ADAPTIVE = "serial", "speculative", "batched", "adaptive"
+INTEGRATION_MODES = (SERIAL, SPECULATIVE, BATCHED, ADAPTIVE)
 DEFAULT_INTEGRATION = SPECULATIVE
 
 
@@ -30,11 +32,14 @@ DEFAULT_INTEGRATION = SPECULATIVE
 class Schedule:
     """`decided`: Lanes whose fate is settled, in plan order, True to integrate (on the candidate
     `(*accepted before it, lane)`), False to park; `to_verify`: the candidates to build and verify
-    now, each one's parent first; `discarded`: verified candidates no Lane will ever land on."""
+    now, each one's parent first; `discarded`: verified candidates no Lane will ever land on;
+    `chain`: each Lane's candidate as things stand (a candidate not in it is stranded: a Lane it
+    stands on failed)."""
 
     decided: list[tuple[str, bool, Candidate]] = field(default_factory=list)
     to_verify: list[Candidate] = field(default_factory=list)
     discarded: list[Candidate] = field(default_factory=list)
+    chain: list[Candidate] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -48,9 +53,11 @@ def schedule_speculative(lanes: list[str], verdicts: dict[Candidate, bool], widt
     assumed: list[str] = []    # what the next candidate is built on: accepted, then the hoped-for
     decided: list[tuple[str, bool, Candidate]] = []
     to_verify: list[Candidate] = []
+    chain: list[Candidate] = []
     speculating = False
     for lane in lanes:
         candidate = (*assumed, lane)
+        chain.append(candidate)
         verdict = verdicts.get(candidate)
         if verdict is None:
             if len(to_verify) < limit:
@@ -64,10 +71,11 @@ def schedule_speculative(lanes: list[str], verdicts: dict[Candidate, bool], widt
                 accepted.append(lane)
         if verdict:
             assumed.append(lane)
-    on_chain = {(*assumed[:index], lane) for index, lane in enumerate(assumed)}
-    on_chain |= {candidate for _, _, candidate in decided}
+    # A failed candidate still names its Lane's fate until a Lane under it fails too (its verdicts may come
+    # in any order): only a candidate no Lane maps to any more is discarded.
+    on_chain = set(chain)
     discarded = [candidate for candidate in verdicts if candidate not in on_chain]
-    return Schedule(decided=decided, to_verify=to_verify, discarded=discarded)
+    return Schedule(decided=decided, to_verify=to_verify, discarded=discarded, chain=chain)
 
 
 def bisection_cap(count: int) -> int:
@@ -129,3 +137,8 @@ def _capped(step: BatchedStep, verifications: int, lanes: list[str]) -> BatchedS
     if verifications >= bisection_cap(len(lanes)):
         return BatchedStep(decided=step.decided, fall_back=True)
     return step
+
+
+def check_failure_reason(failed: list[str], candidate: str) -> str:
+    """Upstream's park reason for a candidate whose checks failed (its failed finding ids, in check order)."""
+    return f"{CHECK_FAILED}: {', '.join(failed)} failed on candidate {candidate}"

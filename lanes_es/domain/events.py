@@ -113,6 +113,19 @@ class CommandDigest(Payload, frozen=True, kw_only=True):
     passed: bool
     output_sha256: str | None = None
     output_bytes: int = 0
+    # Why the check failed, and when it ran (None in older logs): the runner's one-line reason (an exit
+    # code, a timeout, a cancellation), the last bytes of the output (`OUTPUT_TAIL_LIMIT` at most, cut at a
+    # line; output_sha256 and output_bytes still name the whole), when the command started and how long
+    # it ran. Facts recorded once: a rebuild reads them from here, never from a clock.
+    reason: str | None = None
+    output_tail: str | None = None
+    started_at: str | None = None
+    duration_ms: int | None = None
+
+
+# The most of a check's output the log keeps (its tail): a failed check's last lines, a passing one's summary.
+OUTPUT_TAIL_LIMIT = 2048
+PASSING_TAIL_LIMIT = 240
 
 
 class CheckVerdict(Payload, frozen=True, kw_only=True):
@@ -124,6 +137,14 @@ class CheckVerdict(Payload, frozen=True, kw_only=True):
     attempts: int = 1
     flaky: list[str] = []  # finding ids that failed, then passed on a rerun (the flake policy)
     outputs: list[CommandDigest] = []  # each item's command on the candidate (the last attempt)
+    # The check's inputs (None in older logs): `tree` is the identity of the tree it saw (`inputs.tree_identity`),
+    # `acceptance` the digest of the acceptance it ran. `reused_from`: the version of the event whose passing
+    # verdict on these very inputs stands for this one (nothing ran); `cancelled`: stopped unfinished, because
+    # a candidate it stood on failed (no verdict).
+    tree: str | None = None
+    acceptance: str | None = None
+    reused_from: int | None = None
+    cancelled: bool = False
 
 
 class FinalVerificationReport(Payload, frozen=True, kw_only=True):
@@ -324,6 +345,8 @@ class Settled(Event, frozen=True, kw_only=True):
     task_id: str
     qa_failures_reset: bool = False
     qa_outputs: list[CommandDigest] = []  # the Lane QA that passed (empty: after a Review, or an older log)
+    qa_tree: str | None = None  # the identity of the tree that QA saw, and the acceptance it ran (for reuse)
+    qa_acceptance: str | None = None
 
 
 class LaneCommitted(Event, frozen=True, kw_only=True):
@@ -351,6 +374,11 @@ class Parked(Event, frozen=True, kw_only=True):
     reason: str
     skipped: list[str] = []
     qa_failures: int | None = None
+    # An integration that failed (None and [] otherwise, and in older logs): the candidate it failed on, the
+    # ref that keeps that candidate for a person to inspect, and its failed checks with their output tails.
+    candidate: str | None = None
+    candidate_ref: str | None = None
+    failed_checks: list[CheckVerdict] = []
 
 
 class Resealed(Event, frozen=True, kw_only=True):
@@ -473,6 +501,49 @@ class CandidateVerified(Event, frozen=True, kw_only=True):
     unverified_intermediates: list[str] = []
 
 
+class CandidateCancelled(Event, frozen=True, kw_only=True):
+    """Audit only: a candidate stacked on one that failed, stopped at once: its running checks were killed
+    and recorded as cancelled (`checks`: what had finished, and what was cut short); it is rebuilt on the
+    nearest passing candidate. `because` names the Lanes of the candidate that failed."""
+
+    mode: str
+    lanes: list[str]
+    commit: str | None
+    because: list[str]
+    checks: list[CheckVerdict] = []
+
+
+class CheckVerdictReused(Event, frozen=True, kw_only=True):
+    """Audit only: a check that already passed in this batch on byte-identical inputs (the same task, the
+    same acceptance, the same tree) was not run again on `commit` (the candidate of `lanes`); the verdict of
+    event `reused_from` (`reused_event`: its type; `reused_commit`: the candidate it ran on, None for the
+    Lane's QA) stands for it."""
+
+    task_id: str
+    lanes: list[str]
+    commit: str | None
+    tree: str
+    acceptance: str
+    reused_from: int
+    reused_event: str
+    reused_commit: str | None = None
+
+
+class IntegrationModeChosen(Event, frozen=True, kw_only=True):
+    """Audit only: the adaptive mode's choice for one round, and what it was chosen from: of the last
+    `considered` Lanes of this Initiative and repository that reached integration (`batches`: the batches
+    they belong to), `failed` did not pass. `window`: how many candidates a speculative round verifies at
+    once (a batched round verifies one)."""
+
+    mode: str
+    window: int
+    lanes: list[str]
+    considered: int
+    failed: int
+    batches: list[str] = []
+    reason: str = ""
+
+
 class CandidateDiscarded(Event, frozen=True, kw_only=True):
     """Audit only: a verified candidate no Lane will land on (a Lane it assumed has failed)."""
 
@@ -534,7 +605,8 @@ class ExecutorRunKilled(Event, frozen=True, kw_only=True):
 
 AUDIT_ONLY: tuple[type[Event], ...] = (OffersRefused, TickRejected, ProjectionDriftRepaired, CandidateBuilt,
                                        CandidateVerified, CandidateDiscarded, IntegrationFellBack,
-                                       ExecutorRunStarted, ExecutorRunFinished, ExecutorRunKilled)
+                                       ExecutorRunStarted, ExecutorRunFinished, ExecutorRunKilled,
+                                       CandidateCancelled, CheckVerdictReused, IntegrationModeChosen)
 
 # The card's eight transitions, by the names users search the log for.
 TRANSITION_NAMES: dict[type, str] = {
@@ -606,5 +678,6 @@ ALL_EVENTS: tuple[type, ...] = (
     ParkResumed, BatchSettled, BatchSuperseded, OffersRefused, TickRejected,
     ProjectionDriftRepaired, InitiativeRegistered, BatchAuthorized, BatchRetired,
     CandidateBuilt, CandidateVerified, CandidateDiscarded, IntegrationFellBack,
-    ExecutorRunStarted, ExecutorRunFinished, ExecutorRunKilled,
+    ExecutorRunStarted, ExecutorRunFinished, ExecutorRunKilled, CandidateCancelled, CheckVerdictReused,
+    IntegrationModeChosen,
 )

@@ -15,7 +15,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from lanes_es.steward.progress import Board, lines_of
+from lanes_es.steward.progress import Board, lines_of, why_lines
 
 REFRESHES_PER_SECOND = 4
 
@@ -32,6 +32,8 @@ class LiveProgress:
 
     def tell(self, item: dict[str, Any]) -> None:
         if item["kind"] == "event":
+            for line in why_lines(item):  # why a check failed: above the board, where it stays
+                self.console.print(Text(line), soft_wrap=True)
             if self.started_live:
                 self.live.refresh()  # the board shows it: the Lane's last event, or the round's news
             return

@@ -68,6 +68,16 @@ def lines_of(item: dict[str, Any]) -> list[str]:
     return [item["text"]]
 
 
+def why_lines(item: dict[str, Any]) -> list[str]:
+    """Under an event that records failed checks (a park, a failed QA): each failed command's reason, times and
+    output tail, and where a failed candidate is kept."""
+    if item["kind"] != "event":
+        return []
+    from lanes_es.projections.failures import failure_lines
+
+    return [f"    {line}" for line in failure_lines(item["fields"])]
+
+
 class LineProgress:
     """Plain lines: the log's events with the time since the start, the steward's moves, the summary; while
     nothing happens for a while (Executors at work), a line every `quiet` seconds says who is working, so a log
@@ -83,6 +93,8 @@ class LineProgress:
         self.last = self.clock()
         if item["kind"] == "event":
             self.out(f"[{self.last - self.started:6.1f}s] {item['text']}")
+            for line in why_lines(item):
+                self.out(line)
             return
         for line in lines_of(item):
             self.out(line)

@@ -141,8 +141,10 @@ class TickContext:
             self.live.park(self.now, child["task_id"], message)
         return self.finalize("failed", message, extras=extras or ev.ReportExtras())
 
-    def park_child(self, task_id: str, reason: str, qa_failures: int | None = None) -> None:
-        self.live.park(self.now, task_id, reason, qa_failures=qa_failures)
+    def park_child(self, task_id: str, reason: str, qa_failures: int | None = None, candidate: str | None = None,
+                   candidate_ref: str | None = None, failed_checks: list[ev.CheckVerdict] | None = None) -> None:
+        self.live.park(self.now, task_id, reason, qa_failures=qa_failures, candidate=candidate,
+                       candidate_ref=candidate_ref, failed_checks=failed_checks)
         if self.parked_message is None:
             self.parked_message = reason
         self.persist()

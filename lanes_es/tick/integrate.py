@@ -8,8 +8,11 @@ from lanes_es.domain import events as ev
 from lanes_es.domain.candidates import SERIAL
 from lanes_es.domain.plan import compute_batch_plan_digest
 from lanes_es.domain.record import expected_batch_head
-from lanes_es.ports import CandidateCheck, IntegrationChild, IntegrationError, IntegrationRequest, Lineage, PortError
-from lanes_es.tick import rounds
+from lanes_es.ports import (
+    CandidateCheck, CandidateChecks, CandidateVerdict, IntegrationChild, IntegrationError, IntegrationRequest, Lineage,
+    PortError,
+)
+from lanes_es.tick import rounds, verification
 from lanes_es.tick.context import TickContext, TickFinished, is_lineage_break
 
 
@@ -26,8 +29,12 @@ def integrate_serially(ctx: TickContext, children: list[dict[str, Any]]) -> None
     for child in children:
         task_id = child["task_id"]
         checks: list[CandidateCheck] = []
+
+        def verify(planned: CandidateChecks, lanes: list[str] = [task_id]) -> CandidateVerdict:
+            return verification.verify_now(ctx, planned, lanes)  # concurrently, bounded by verify_workers
+
         try:
-            commit = ctx.ports.lane_git.integrate(integration_request(ctx, child), checks)
+            commit = ctx.ports.lane_git.integrate(integration_request(ctx, child), checks, verify=verify)
         except PortError as error:
             park_failed_integration(ctx, task_id, error)
             continue
@@ -53,8 +60,10 @@ def integration_request(ctx: TickContext, child: dict[str, Any], on: str | None 
 
 def check_verdict(check: CandidateCheck) -> ev.CheckVerdict:
     """A task's rerun on a candidate as the log records it."""
-    return ev.CheckVerdict(task_id=check.task_id, passed=not check.findings, findings=list(check.findings),
-                           attempts=check.attempts, flaky=list(check.flaky), outputs=list(check.outputs))
+    return ev.CheckVerdict(task_id=check.task_id, passed=not check.findings and not check.cancelled,
+                           findings=list(check.findings), attempts=check.attempts, flaky=list(check.flaky),
+                           outputs=list(check.outputs), tree=check.tree, acceptance=check.acceptance,
+                           reused_from=check.reused_from, cancelled=check.cancelled)
 
 
 def record_integration(ctx: TickContext, task_id: str, commit: str, checks: list[ev.CheckVerdict] | None = None) -> None:
@@ -67,13 +76,27 @@ def record_integration(ctx: TickContext, task_id: str, commit: str, checks: list
 
 
 def park_failed_integration(ctx: TickContext, task_id: str, error: PortError) -> None:
+    """Park with serial's reason; a candidate whose checks failed is kept under a ref (`failed_candidate_ref`)
+    and its failed checks, with their output tails, go on the Parked event."""
     message = str(error)
     code = error.reason if isinstance(error, IntegrationError) else "batch_integration_conflict"
     reason = message if is_lineage_break(message) or message.startswith(f"{code}:") else f"{code}: {message}"
-    ctx.park_child(task_id, reason)
+    candidate = error.candidate if isinstance(error, IntegrationError) else None
+    ref = None
+    if candidate:
+        ref = ctx.ports.lane_git.keep_candidate(ctx.tick.root, failed_candidate_ref(ctx.record["batch_id"], task_id),
+                                                candidate)
+    failed = [check_verdict(check) for check in error.checks if check.findings and not check.cancelled] \
+        if isinstance(error, IntegrationError) else []
+    ctx.park_child(task_id, reason, candidate=candidate, candidate_ref=ref, failed_checks=failed)
     if is_lineage_break(message):
         raise TickFinished(ctx.fail_lineage(message))
     # The batch branch is unmoved; a disjoint sibling may still integrate.
+
+
+def failed_candidate_ref(batch_id: str, task_id: str) -> str:
+    """Where a Lane's failed candidate is kept: `git log`, `git diff`, `git worktree add DIR <ref>` show it."""
+    return f"refs/lanes-es/failed/{batch_id}/{task_id}"
 
 
 def reseal_delegated_revision(ctx: TickContext, task_id: str) -> None:

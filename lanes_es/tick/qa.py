@@ -38,7 +38,9 @@ def advance_children(ctx: TickContext, children: list[dict[str, Any]]) -> dict[s
 def record_advance(ctx: TickContext, child: dict[str, Any], result: AdvanceResult) -> None:
     task_id = child["task_id"]
     if result.state == "completed":
-        ctx.live.settle(ctx.now, task_id, qa_failures_reset=True, qa_outputs=result.qa_outputs)
+        ctx.live.settle(ctx.now, task_id, qa_failures_reset=True, qa_outputs=result.qa_outputs,
+                        qa_tree=result.qa_tree if result.qa_outputs else None,
+                        qa_acceptance=result.qa_acceptance if result.qa_outputs else None)
         ctx.persist()
     elif result.state == "review_ready":
         reason = f"review reservation {result.operation_id} open"

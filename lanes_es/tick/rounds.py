@@ -2,26 +2,33 @@
 
 The domain (`lanes_es.domain.candidates`) says which candidates to build and verify given the
 verdicts so far; this step builds them (each on its parent candidate), verifies them
-concurrently (every check on its own fresh tree, at most verify_workers at once), records
-each candidate, verdict and discard as an event, and lands the Lanes it decided in plan order,
-one fast-forward each, exactly as serial would have landed them: a Lane lands on the very
-candidate serial would have built, and a Lane that fails parks with serial's reason.
+concurrently (every check on its own fresh tree, at most verify_workers at once, the candidate
+closest to landing first: `tick/verification.py`), records each candidate, verdict, cancellation
+and discard as an event, and lands the Lanes it decided in plan order, one fast-forward each,
+exactly as serial would have landed them: a Lane lands on the very candidate serial would have
+built, and a Lane that fails parks with serial's reason.
+
+A speculative round reacts as its checks end: the first failed check of a candidate fails it, and
+the candidates stacked on it are cancelled at once (their running checks killed) and rebuilt on
+the nearest passing candidate (Zuul's way), while the failed candidate's own checks run to their
+end (its park reason names every failed finding, as serial's does).
 """
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from lanes_es.domain.adaptive import choose_round, integration_outcomes
 from lanes_es.domain.candidates import (
-    BATCHED, SERIAL, SPECULATIVE, Candidate, bisection_cap, schedule_batched, schedule_speculative,
+    ADAPTIVE, BATCHED, SERIAL, SPECULATIVE, Candidate, bisection_cap, schedule_batched, schedule_speculative,
 )
 from lanes_es.domain.record import expected_batch_head
 from lanes_es.ports import CandidateBuild, CandidateVerdict, IntegrationChild, IntegrationError, PortError
-from lanes_es.tick import integrate
+from lanes_es.tick import integrate, verification
 from lanes_es.tick.context import TickContext
+from lanes_es.tick.verification import CheckPool, Flight
 
 CHECK_FAILED = "batch_integration_check_failed"
 DISCARD_REASON = "a Lane it was built on did not pass; rebuilt on the nearest passing candidate"
@@ -42,42 +49,132 @@ class Round:
     landed: int = 0
     verifications: int = 0
     discarded: set[Candidate] = field(default_factory=set)
+    flights: dict[Candidate, Flight] = field(default_factory=dict)  # candidates whose checks are under way
+    cancelled: list[tuple[Candidate, Flight, list[str]]] = field(default_factory=list)  # stopping, not yet recorded
+    changed: threading.Event = field(default_factory=threading.Event)  # a check ended somewhere
 
     @property
     def lanes(self) -> list[str]:
         return list(self.children)
 
     def workers(self) -> int:
-        return max(self.ctx.live.verify_workers or self.ctx.limit, 1)
+        return verification.verify_workers(self.ctx)
 
 
 def integrate_round(ctx: TickContext, children: list[dict[str, Any]]) -> None:
     state = Round(ctx=ctx, mode=ctx.live.integration, children={c["task_id"]: c for c in children},
                   head=expected_batch_head(ctx.record))
-    if state.mode == BATCHED:
-        run_batched(state)
-    else:
-        # Serial under a flake policy: one candidate at a time, as serial, with its verdicts recorded.
-        run_speculative(state, 1 if state.mode == SERIAL else None)
+    # Serial under a flake policy: one candidate at a time, as serial, with its verdicts recorded.
+    width = 1 if state.mode == SERIAL else None
+    if state.mode == ADAPTIVE:
+        state.mode, width = choose_mode(ctx, state.lanes)
+    with CheckPool(state.workers()) as pool:
+        try:
+            if state.mode == BATCHED:
+                run_batched(state, pool)
+            else:
+                run_speculative(state, pool, width)
+        finally:
+            stop_all(state)
+
+
+def choose_mode(ctx: TickContext, lanes: list[str]) -> tuple[str, int | None]:
+    """The adaptive mode's choice for this round, from this batch's outcomes so far and the Initiative's earlier
+    batches (newest first), recorded with what it was chosen from."""
+    outcomes = integration_outcomes(ctx.record)
+    batches = [ctx.record["batch_id"]] if outcomes else []
+    if ctx.ports.history is not None:
+        earlier, read = ctx.ports.history.earlier_outcomes(ctx.tick.initiative_slug, ctx.record["batch_id"])
+        outcomes, batches = outcomes + earlier, batches + read
+    choice = choose_round(len(lanes), outcomes)
+    ctx.live.note_mode_chosen(ctx.now, choice.mode, choice.window, list(lanes), choice.considered, choice.failed,
+                              batches, choice.reason)
+    ctx.persist()
+    return choice.mode, (choice.window if choice.mode == SPECULATIVE else None)
 
 
 # ---------------------------------------------------------------- speculative
 
 
-def run_speculative(state: Round, width: int | None = None) -> None:
+def run_speculative(state: Round, pool: CheckPool, width: int | None = None) -> None:
     while True:
         schedule = schedule_speculative(state.lanes, state.verdicts, width)
+        cancel_stranded(state, schedule.chain)
         note_discards(state, schedule.discarded)
-        land_decided(state, schedule.decided)
-        if schedule.done:
-            return
-        build_and_verify(state, schedule.to_verify)
+        land_decided(state, ready_prefix(state, schedule.decided))
+        launch(state, pool, [candidate for candidate in schedule.to_verify if candidate not in state.flights])
+        if not state.flights and not state.cancelled:
+            if schedule.done and state.landed == len(schedule.decided):
+                return
+            continue  # a candidate that did not build has its verdict: schedule again
+        wait_for_checks(state)
+
+
+def ready_prefix(state: Round, decided: list[tuple[str, bool, Candidate]]) -> list[tuple[str, bool, Candidate]]:
+    """The decisions whose candidates' checks have all ended: a failed candidate parks its Lane only once its
+    every check ran (the park reason names each failed finding)."""
+    for index, (_, _, candidate) in enumerate(decided):
+        if candidate in state.flights:
+            return decided[:index]
+    return decided
+
+
+def cancel_stranded(state: Round, chain: list[Candidate]) -> None:
+    """Candidates under way that no Lane maps to any more (a candidate they stand on failed): stop their
+    checks now; they are recorded as cancelled once their running checks are gone."""
+    failed = [candidate for candidate, passed in state.verdicts.items() if not passed]
+    for candidate in [candidate for candidate in state.flights if candidate not in chain]:
+        flight = state.flights.pop(candidate)
+        flight.cancel.set()
+        because = max((f for f in failed if candidate[:len(f)] == f and f != candidate), key=len, default=())
+        state.cancelled.append((candidate, flight, list(because)))
+
+
+def wait_for_checks(state: Round) -> None:
+    """Until a check ends; then record what ended: finished candidates' verdicts, cancelled ones, and the
+    failure of a candidate whose checks still run (its verdict is False from its first failed check on)."""
+    state.changed.wait()
+    state.changed.clear()
+    finished = [candidate for candidate, flight in state.flights.items() if flight.done]
+    for candidate in finished:
+        record_verdict(state, candidate, state.flights.pop(candidate).verdict())
+    for candidate, flight in state.flights.items():
+        if flight.failed and candidate not in state.verdicts:
+            state.verdicts[candidate] = False
+    record_cancelled(state)
+    if finished or state.cancelled:
+        state.ctx.persist()
+
+
+def record_cancelled(state: Round) -> None:
+    """The cancelled candidates whose checks have all stopped, with what ran and what was cut short."""
+    stopped = [entry for entry in state.cancelled if entry[1].done]
+    state.cancelled = [entry for entry in state.cancelled if not entry[1].done]
+    for candidate, flight, because in stopped:
+        build = state.builds.get(candidate)
+        checks = [integrate.check_verdict(check) for check in flight.checks()]
+        cut = {check.task_id for check in checks}
+        checks += [integrate.check_verdict(verification.cancelled_check(flight.planned, check))
+                   for check in flight.planned.checks if check.task_id not in cut]
+        state.ctx.live.note_candidate_cancelled(state.ctx.now, state.mode, list(candidate),
+                                                build.commit if build else None, because, checks)
+
+
+def stop_all(state: Round) -> None:
+    """When a round ends early (an error, a lineage break that fails the batch): no check of it outlives it.
+    Nothing is recorded: the round did not decide anything about these candidates."""
+    flights = [*state.flights.values(), *(flight for _, flight, _ in state.cancelled)]
+    for flight in flights:
+        flight.cancel.set()
+    for flight in flights:
+        while not flight.done:
+            state.changed.wait(0.05)
 
 
 # ---------------------------------------------------------------- batched
 
 
-def run_batched(state: Round) -> None:
+def run_batched(state: Round, pool: CheckPool) -> None:
     cap = bisection_cap(len(state.lanes))
     while True:
         step = schedule_batched(state.lanes, state.verdicts, state.verifications)
@@ -98,7 +195,7 @@ def run_batched(state: Round) -> None:
         # The Lanes under the top whose own candidates get no verdict of their own: covered by this one.
         unverified = [lane for length, lane in enumerate(top[:-1], 1) if top[:length] not in state.verdicts]
         bisection = any(verdict is False for verdict in state.verdicts.values())
-        verify(state, [top], bisection=bisection, unverified=unverified)
+        verify_now(state, pool, top, bisection=bisection, unverified=unverified)
 
 
 def fail_unbuilt(state: Round, top: Candidate) -> None:
@@ -112,7 +209,48 @@ def fail_unbuilt(state: Round, top: Candidate) -> None:
             state.verdicts[prefix], state.failures[prefix] = False, failure
 
 
+def verify_now(state: Round, pool: CheckPool, candidate: Candidate, bisection: bool = False,
+               unverified: list[str] | None = None) -> None:
+    """Verify one built candidate, every check at once (bounded by the round's workers), and record its verdict."""
+    launch(state, pool, [candidate], build=False)
+    flight = state.flights.get(candidate)
+    while flight is not None and not flight.done:
+        state.changed.wait()
+        state.changed.clear()
+    if flight is not None:
+        record_verdict(state, candidate, state.flights.pop(candidate).verdict(), bisection, unverified)
+    state.ctx.persist()
+
+
 # ---------------------------------------------------------------- building, verifying, landing
+
+
+def launch(state: Round, pool: CheckPool, candidates: list[Candidate], build: bool = True) -> None:
+    """Build the candidates (a chain costs a few git spawns), then queue their checks; the candidates' events
+    are stored while their checks run."""
+    if not candidates:
+        return
+    built = build_candidates(state, candidates) if build else candidates
+    for candidate in built:
+        start(state, pool, candidate)
+    state.ctx.persist()
+
+
+def start(state: Round, pool: CheckPool, candidate: Candidate) -> None:
+    ctx = state.ctx
+    state.verifications += 1
+    try:
+        planned = ctx.ports.lane_git.candidate_checks(_request(state, candidate, _parent_of(state, candidate)),
+                                                      state.builds[candidate],  # type: ignore[arg-type]
+                                                      ctx.live.flake_reruns)
+    except PortError as error:
+        record_verdict(state, candidate, error)
+        return
+    flight = verification.start_flight(ctx, pool, planned, list(candidate), len(candidate), state.changed)
+    if flight.done:
+        record_verdict(state, candidate, flight.verdict())  # every check reused: nothing to wait for
+        return
+    state.flights[candidate] = flight
 
 
 def build_chain(state: Round, candidates: list[Candidate]) -> list[Candidate]:
@@ -175,44 +313,6 @@ def _request(state: Round, candidate: Candidate, parent: str) -> Any:
     return integrate.integration_request(ctx, state.children[candidate[-1]], parent, ahead)
 
 
-def build_and_verify(state: Round, candidates: list[Candidate]) -> None:
-    """Build the candidates (a chain costs a few git spawns), then verify them all at once."""
-    ctx = state.ctx
-    slots = threading.BoundedSemaphore(state.workers())
-    built = build_candidates(state, candidates)
-    with ThreadPoolExecutor(max_workers=max(len(built), 1), thread_name_prefix="lanes-es-candidate") as pool:
-        started = [(candidate, pool.submit(_verify_one, state, candidate, slots)) for candidate in built]
-        ctx.persist()  # the candidates' events are stored while their checks run
-        state.verifications += len(started)
-        results = [(candidate, future.result()) for candidate, future in started]
-    for candidate, result in results:
-        record_verdict(state, candidate, result)
-    ctx.persist()
-
-
-def _verify_one(state: Round, candidate: Candidate, slots: Any) -> CandidateVerdict | PortError:
-    ctx = state.ctx
-    try:
-        return ctx.ports.lane_git.verify_candidate(_request(state, candidate, _parent_of(state, candidate)),
-                                                   state.builds[candidate], slots, ctx.live.flake_reruns)
-    except PortError as error:
-        return error
-
-
-def verify(state: Round, candidates: list[Candidate], bisection: bool = False,
-           unverified: list[str] | None = None) -> None:
-    """Verify built candidates at once, every check bounded by the round's workers; record in chain order."""
-    if not candidates:
-        return
-    slots = threading.BoundedSemaphore(state.workers())
-    state.verifications += len(candidates)
-    with ThreadPoolExecutor(max_workers=len(candidates), thread_name_prefix="lanes-es-candidate") as pool:
-        results = list(pool.map(lambda candidate: _verify_one(state, candidate, slots), candidates))
-    for candidate, result in zip(candidates, results):
-        record_verdict(state, candidate, result, bisection, unverified)
-    state.ctx.persist()
-
-
 def record_verdict(state: Round, candidate: Candidate, result: CandidateVerdict | PortError, bisection: bool = False,
                    unverified: list[str] | None = None) -> None:
     ctx = state.ctx
@@ -225,7 +325,8 @@ def record_verdict(state: Round, candidate: Candidate, result: CandidateVerdict 
     checks = [integrate.check_verdict(check) for check in result.checks]
     state.verdicts[candidate] = result.passed
     if not result.passed:
-        state.failures[candidate] = IntegrationError(CHECK_FAILED, result.reason or "")
+        state.failures[candidate] = IntegrationError(CHECK_FAILED, result.reason or "", candidate=commit,
+                                                     checks=result.checks)
     ctx.live.note_candidate_verified(ctx.now, state.mode, list(candidate), commit, result.passed, result.reason,
                                      checks, bisection, unverified or [])
 
@@ -237,6 +338,8 @@ def land_decided(state: Round, decided: list[tuple[str, bool, Candidate]]) -> No
     all; the log then records each Lane on its own candidate, as serial would. A crash in between is
     found again on the branch by the next tick (adopt_missed_integrations)."""
     ctx, fresh = state.ctx, decided[state.landed:]
+    if not fresh:
+        return
     state.landed = len(decided)
     passing = [candidate for _, passed, candidate in fresh if passed]
     if passing:

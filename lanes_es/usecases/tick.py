@@ -116,6 +116,7 @@ def _run(deps: Deps, tick: TickInput, batch: LaneBatch | None, timings: Timings)
 
     for attempt in range(LOST_RACE_RETRIES + 1):
         ports = deps.adapters.tick_ports(tick.root, tick.initiative_slug)
+        ports.history = ports.history or _store_history(deps.store)
         try:
             return run_lane_batch(tick, batch, timed(ports, timings), persist)
         except PlanMismatch as error:
@@ -148,3 +149,9 @@ def _store_condition_report(deps: Deps, tick: TickInput, ports: TickPorts, reaso
         return TickOutcome(refusal_report(tick, None, "batch_store_condition", reason), None, written=False)
     context = TickContext(tick=tick, ports=ports, persist_port=lambda _: None, batch=persisted)
     return TickOutcome(lane_rejection_report(context, reason, STORE_CONDITION_NEXT), persisted, written=False)
+
+
+def _store_history(store: Any) -> Any:
+    from lanes_es.adapters.integration_history import StoreHistory  # read only by a round in the adaptive mode
+
+    return StoreHistory(store)

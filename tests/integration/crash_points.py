@@ -28,6 +28,7 @@ twice a SQLite one on two cores; the samples keep CI inside its 15 minutes on th
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from contextlib import contextmanager
@@ -58,10 +59,15 @@ TASKS = {
     "p1": Task(["p1.txt"], verification=PASSES),
     "p2": Task(["p2.txt"], verification=PASSES),
     "dep": Task(["dep.txt"], blocked_by=["p1"], verification=PASSES),
-    # Passes in its Lane, fails on the candidate: the integration carries its own audit pair.
-    "zbad": Task(["zbad.txt"], verification=descriptor(["!", "-e", ".imm/audit/zbad"], executable="test")),
+    # Passes in its Lane, fails on its candidate, whatever the Lane's base: its Executor rewrites its own
+    # acceptance (in its scope), which the Lane's QA does not run (QA runs the intent it enrolled with) and the
+    # candidate's rerun does (it reads the intents the candidate holds).
+    "zbad": Task(["zbad.txt", "docs/plans/zbad.intent.json"], verification=PASSES),
 }
-DELIVERIES = {task_id: (task.scope[0], f"{task_id}\n") for task_id, task in TASKS.items()}
+REWRITTEN = json.dumps(intent_json("zbad", TASKS["zbad"].scope, verification=descriptor(
+    ["-e", "no-such-file"], executable="test")), indent=2) + "\n"
+DELIVERIES = {task_id: [(task.scope[0], f"{task_id}\n")] for task_id, task in TASKS.items()}
+DELIVERIES["zbad"].append(("docs/plans/zbad.intent.json", REWRITTEN))
 MAX_TICKS = 30
 # A sample of the distinct crash points per mode (crash_points), to keep CI inside its time.
 DEFAULT_MODE = "speculative"
@@ -209,8 +215,8 @@ def act_on_handoffs(root: str, lanes: Path, report: dict[str, Any], clock: Stepp
             if lane.exists():
                 run_git(root, "worktree", "remove", str(lane))
         elif handoff["role"] == "executor":
-            path, content = DELIVERIES[task_id]
-            write_file(lane, path, content)
+            for path, content in DELIVERIES[task_id]:
+                write_file(lane, path, content)
             try:
                 ReferenceKernel(clock=clock).submit(os.path.realpath(lane), task_id)
             except KernelError as error:

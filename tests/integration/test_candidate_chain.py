@@ -1,4 +1,4 @@
-"""A round's chain of stacked candidates on real git (GitLanes.build_chain, verify_candidate).
+"""A round's chain of stacked candidates on real git (GitLanes.build_chain, candidate_checks, the local runner).
 
 The chain must build the very commits serial builds (same tree, parent, author, message:
 with one committer date, the same ids), fail where serial fails with serial's message, and
@@ -10,11 +10,12 @@ a built candidate then reads nothing more from git.
 from __future__ import annotations
 
 import os
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from lanes_es.adapters.check_runner import LocalCheckRunner, run_in_turn
 from lanes_es.adapters.git import STATS
 from lanes_es.adapters.lane_git import CandidateTree, GitLanes
 from lanes_es.ports import CandidateBuild, IntegrationChild, IntegrationError, IntegrationRequest
@@ -144,11 +145,16 @@ def test_checks_on_one_candidate_each_get_their_own_tree(tmp_path, repo):
         child=IntegrationChild(task_id="r", intent_path="docs/plans/r.intent.json"),
         siblings=[IntegrationChild(task_id="w", intent_path="docs/plans/w.intent.json", commit=built[0].commit)])
     STATS.reset()
-    verdict = chain.verify_candidate(request, built[1], threading.BoundedSemaphore(2))
+    planned = chain.candidate_checks(request, built[1])
     assert STATS.spawns == 0  # the chain remembered the tree
-    by_task = {check.task_id: check.findings for check in verdict.checks}
+    runner = LocalCheckRunner()
+    with ThreadPoolExecutor(2) as pool:  # at once, as a round runs them
+        runs = list(pool.map(lambda check: runner.run_check(planned.tree, check.task_id, check.intent),
+                             planned.checks))
+    assert STATS.spawns == 0
+    by_task = {run.task_id: run.findings for run in runs}
     assert by_task["r"] == []  # the reader saw the original bytes
     assert by_task["w"] == ["w:A1"]  # the writer changed a protected input: its own verdict fails
-    again = chain.verify_candidate(request, built[1], threading.BoundedSemaphore(2))
+    again = run_in_turn(chain.candidate_checks(request, built[1]))
     assert {check.task_id: check.findings for check in again.checks} == by_task
     assert chain._candidate_tree(repo, built[1].commit).file("shared.txt") == b"original\n"

@@ -125,6 +125,7 @@ class FakeLaneGit:
     audit: set[str] = field(default_factory=set)
     lineage_override: Lineage | None = None
     inspected: list[str] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)  # ref -> the failed candidate it keeps
 
     def add_lane(self, task_id: str, path: str | None = None, **overrides: Any) -> str:
         path = path or f"/lanes/{task_id}"
@@ -152,7 +153,7 @@ class FakeLaneGit:
             return Lineage(kind="equal", head=self.head)
         return Lineage(kind="fast_forward", head=self.head)
 
-    def integrate(self, request: IntegrationRequest, checks: list[Any] | None = None) -> str:
+    def integrate(self, request: IntegrationRequest, checks: list[Any] | None = None, verify: Any = None) -> str:
         task_id = request.child.task_id
         if task_id in self.integrate_errors:
             raise self.integrate_errors[task_id]
@@ -163,6 +164,10 @@ class FakeLaneGit:
     def find_integrated(self, root: str, task_id: str, batch_id: str, from_head: str, lane_base: str,
                         lane_commit: str) -> str | None:
         return self.integrated.get(task_id)
+
+    def keep_candidate(self, root: str, ref: str, commit: str) -> str | None:
+        self.kept[ref] = commit
+        return ref
 
     def audit_reachable(self, root: str, head: str, task_id: str) -> bool:
         return task_id in self.audit

@@ -125,3 +125,41 @@ def test_speculative_and_batched_decide_what_serial_decides(seed: int):
     decided, verified, fell_back = run_batched(lanes, passes)
     assert decided == expected
     assert verified <= bisection_cap(len(lanes))
+
+
+def run_speculative_out_of_order(lanes, passes, rng: random.Random, width=None):
+    """As a round now runs: verdicts come one at a time, in any order; a candidate no Lane maps to any more is
+    cancelled (its verdict never used); decisions are taken once their candidates' verdicts are in."""
+    verdicts: dict[Candidate, bool] = {}
+    flying: set[Candidate] = set()
+    cancelled: set[Candidate] = set()
+    while True:
+        schedule = schedule_speculative(lanes, verdicts, width)
+        for candidate in [c for c in flying if c not in schedule.chain]:
+            flying.discard(candidate)
+            cancelled.add(candidate)
+        flying |= set(schedule.to_verify)
+        if not flying:
+            return schedule.decided, cancelled
+        finished = rng.choice(sorted(flying))
+        flying.discard(finished)
+        verdicts[finished] = passes(finished)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_verdicts_in_any_order_with_cancellation_decide_what_serial_decides(seed: int):
+    rng = random.Random(seed)
+    lanes = LANES[:rng.randint(1, 8)]
+    passes = random_passes(rng, lanes)
+    decided, cancelled = run_speculative_out_of_order(lanes, passes, rng, width=rng.choice([None, 2, 3]))
+    assert decided == serial(lanes, passes)
+    assert not cancelled & {candidate for _, _, candidate in decided}  # nothing decided on a cancelled one
+
+
+def test_a_failed_candidate_still_names_its_lanes_fate_while_one_under_it_is_undecided():
+    """l2's candidate failed before l1's got a verdict: it stays on the chain (l2 parks on it if l1 passes),
+    and the candidate stacked on it is rebuilt without l2."""
+    verdicts = {("l0", "l1", "l2"): False}
+    schedule = schedule_speculative(["l0", "l1", "l2", "l3"], verdicts)
+    assert ("l0", "l1", "l2") in schedule.chain and ("l0", "l1", "l2") not in schedule.discarded
+    assert ("l0", "l1", "l3") in schedule.to_verify and ("l0", "l1", "l2", "l3") not in schedule.chain

@@ -30,7 +30,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 # The lane driver and the integrator: upstream's batch_lanes.ts and batch_integration.ts.
 LANE_MODULES = [*sorted(str(path.relative_to(PROJECT)) for folder in ("tick", "usecases")
                         for path in (PROJECT / "lanes_es" / folder).glob("*.py")),
-                "lanes_es/adapters/lane_git.py"]
+                "lanes_es/adapters/lane_git.py", "lanes_es/adapters/check_runner.py"]
 # The entry points that stand where upstream's Host adapters stand.
 ENTRY_POINTS = ["lanes_es/cli/main.py", "lanes_es/mcp_server.py", "lanes_es/cli/run.py"]
 # The entry points' packages: they drive the steward and the use cases, as a Host does.
@@ -197,11 +197,14 @@ def test_stat02_the_lane_modules_never_delete_a_branch_or_a_worktree(module):
     assert not imported & {"shutil", "subprocess", "sh"}, f"{module} imports {imported & {'shutil', 'subprocess', 'sh'}}"
 
 
-def test_stat02_the_integrators_only_removal_is_its_own_temporary_directory():
-    """The candidate's descriptor rerun materializes a tree in a TemporaryDirectory; nothing else is removed."""
-    tree = parse("lanes_es/adapters/lane_git.py")
+@pytest.mark.parametrize("module, temporaries", [("lanes_es/adapters/lane_git.py", 0),
+                                                  ("lanes_es/adapters/check_runner.py", 1)])
+def test_stat02_the_integrators_only_removal_is_its_own_temporary_directory(module, temporaries):
+    """The candidate's descriptor rerun (the check runner) materializes a tree in a TemporaryDirectory; nothing
+    else is removed, and the git side of the integrator makes no temporary at all."""
+    tree = parse(module)
     temporary = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and callee(node) == "TemporaryDirectory"]
-    assert len(temporary) == 1
+    assert len(temporary) == temporaries
     made_dirs = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and callee(node) in {"mkdtemp", "mkstemp"}]
     assert made_dirs == []  # a temporary the module would have to remove by hand
 

@@ -101,3 +101,26 @@ def test_plain_lines_say_who_works_while_nothing_else_happens():
     now[0] = 140.0
     progress.show(board)
     assert lines[-1] == "news"  # a line was told since: the quiet starts again
+
+
+def test_a_park_on_failed_checks_is_told_with_each_failed_commands_reason_and_output_tail():
+    """What the run's lines and live board show under a park: why the check failed, when, and its last lines."""
+    from datetime import datetime, timezone
+
+    from lanes_es.domain import events as ev
+    from lanes_es.steward.progress import LineProgress
+
+    failed = ev.CheckVerdict(task_id="b", passed=False, findings=["b:A1"], outputs=[ev.CommandDigest(
+        id="b:A1", passed=False, output_sha256="ab" * 32, output_bytes=40, reason="python3 exited with code 3",
+        output_tail="\n".join(f"line {n}" for n in range(20)), started_at="2026-01-01T00:00:01.000Z",
+        duration_ms=1234)])
+    parked = ev.Parked(originator_id="batch", originator_version=9, timestamp=datetime.now(timezone.utc),
+                       at="2026-01-01T00:00:02.000Z", task_id="b", reason="batch_integration_check_failed: b:A1",
+                       candidate="cd" * 20, candidate_ref="refs/lanes-es/failed/batch/b", failed_checks=[failed])
+    lines: list[str] = []
+    LineProgress(lines.append, clock=lambda: 0.0).tell(event_item("batch", parked))
+    assert lines[0].startswith("[   0.0s] b: parked reason=batch_integration_check_failed: b:A1")
+    assert "kept as refs/lanes-es/failed/batch/b" in lines[1]
+    assert lines[2] == ("    b:A1: python3 exited with code 3, started 2026-01-01T00:00:01.000Z, ran 1.23 s, 40 bytes of "
+                        "output, sha256 abababababab")
+    assert lines[3:] == [f"      | line {n}" for n in range(8, 20)]  # the last lines of the tail
