@@ -15,6 +15,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,7 @@ class Executors:
         self.attempt_seconds = attempt_seconds
         self.running: dict[str, Running] = {}
         self.finished: dict[str, Finished] = {}
+        self.exited = threading.Event()  # set when an Executor this autopilot started exits
         self.adopt_survivors()
 
     @property
@@ -208,6 +210,7 @@ class Executors:
                                           f"{error}") from None
         running = Running(task_id, process, self.clock(), launch.record_revision, log, launch.attempt, launch.adapter)
         self.running[task_id] = running
+        threading.Thread(target=self._watch, args=(process,), name=f"lanes-es-executor-{task_id}", daemon=True).start()
         self.pid_file(task_id).write_text(json.dumps({
             "pid": process.pid, "lane": launch.lane, "record_revision": launch.record_revision,
             "attempt": launch.attempt, "adapter": launch.adapter, "started_at": running.started_at}) + "\n")
@@ -230,6 +233,16 @@ class Executors:
             return msgspec.json.decode(self.progress_path(task_id).read_bytes(), type=ExecutorUsage)
         except (OSError, msgspec.DecodeError):
             return ExecutorUsage()
+
+    def _watch(self, process: subprocess.Popen[bytes]) -> None:
+        process.wait()
+        self.exited.set()
+
+    def wait_for_exit(self, timeout: float) -> None:
+        """Until an Executor this autopilot started exits, or `timeout` seconds (a survivor it adopted, watched by
+        pid, is seen only by the next `reap`): the tick that takes up a submitted task starts at once."""
+        self.exited.wait(timeout)
+        self.exited.clear()
 
     # ------------------------------------------------------------ files
 

@@ -293,7 +293,7 @@ class Autopilot:
             if self.tell_exits(self.executors.reap()):
                 return
             self.show()
-            self.sleep(self.poll)
+            self.executors.wait_for_exit(self.poll)  # woken by an exit at once; the poll for adopted survivors
 
     def wait_for_all(self) -> None:
         if self.executors.running:
@@ -302,7 +302,8 @@ class Autopilot:
                       task_ids=sorted(self.executors.running))
         while self.executors.running:
             self.tell_exits(self.executors.reap())  # an Executor may exit after the batch settled: still told
-            self.sleep(self.poll)
+            if self.executors.running:
+                self.executors.wait_for_exit(self.poll)
 
     def tell_exits(self, finished: list[Any]) -> bool:
         for done in finished:

@@ -81,6 +81,7 @@ class TickContext:
     resumed_park: bool = False
     view: Any = None  # the coordinator read at the start of the tick, reused while nothing moved it
     scopes: dict[str, list[str]] = field(default_factory=dict)
+    lane_commits: dict[str, Any] = field(default_factory=dict)  # task -> the lane commit QA's worker made, or why not
 
     def __post_init__(self) -> None:
         self.capability = BatchCapability(self.tick.authorization, self.tick.initiative_slug)

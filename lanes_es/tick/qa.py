@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from lanes_es.ports import AdvanceResult, GitFailure
+from lanes_es.tick import commit
 from lanes_es.tick.context import TickContext
 
 MAX_COORDINATOR_CORRECTIONS = 2
@@ -20,12 +21,19 @@ LANE_LOST = "batch_lane_lost"
 
 
 def advance_children(ctx: TickContext, children: list[dict[str, Any]]) -> dict[str, AdvanceResult]:
-    """`advanceTask` of each child, concurrently; the first failure in record order is raised, as in sequence."""
+    """`advanceTask` of each child, concurrently; the first failure in record order is raised, as in sequence.
+
+    A child whose QA completes has its lane commit made at once, in the same worker, while the other Lanes'
+    QA still runs (`ctx.lane_commits`; the commit step records it after the child's Settled). A crash before
+    then leaves a lane commit the next tick finds again, as a crash between the two steps always could."""
     def advance(child: dict[str, Any]) -> AdvanceResult:
         try:
-            return ctx.ports.kernel.advance_task(child["lane"]["path"], child["task_id"])
+            result = ctx.ports.kernel.advance_task(child["lane"]["path"], child["task_id"])
         except GitFailure as failure:  # the Lane is no git worktree any more (its links broke: a moved checkout)
             return AdvanceResult(state="lane_unreadable", reason=f"{LANE_LOST}: the Lane's git failed: {failure}")
+        if result.state == "completed":
+            ctx.lane_commits[child["task_id"]] = commit.lane_commit(ctx, child)
+        return result
 
     workers = min(len(children), max(ctx.limit, 1))
     if workers <= 1:
