@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+from collections import Counter
 import json
 import os
 import shutil
@@ -43,7 +44,7 @@ import sys
 import tarfile
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -69,6 +70,8 @@ def register(commands: Any) -> None:
     command.add_argument("--poll", type=float, default=1.0, help="the autopilot's poll, seconds (default: run's, 1)")
     command.add_argument("--cache", default=None, help="where the sdist is kept (default ~/.cache/lanes-es/bench)")
     command.add_argument("--keep", default=None, metavar="DIR", help="work in DIR and keep it (default: a temp dir)")
+    command.add_argument("--timeline", action="store_true",
+                         help="print where each lanes-es run's time went (its steps, from its start)")
     command.add_argument("--json", action="store_true", help="one JSON object per run, then the summary")
     command.set_defaults(func=lambda args: run_realrepo_bench(args))
 
@@ -336,6 +339,65 @@ class Timeline:
     first_integration_check: float | None = None
 
 
+# The steps a timeline shows: (module, attribute, label); a method as "Class.method".
+TRACED = (("lanes_es.steward.lanes", "Steward.provision", "provision a Lane"),
+          ("lanes_es.steward.executors", "Executors.start", "start an Executor"),
+          ("lanes_es.usecases.tick", "tick", "tick"),
+          ("lanes_es.tick.qa", "advance_children", "QA of the Lanes"),
+          ("lanes_es.tick.commit", "commit_settled", "lane commits"),
+          ("lanes_es.tick.integrate", "integrate_committed", "integration"),
+          ("lanes_es.adapters.lane_git", "GitLanes.build_chain", "build a chain of candidates"),
+          ("lanes_es.adapters.qa", "run_command", "a check"))
+
+
+@contextmanager
+def traced(spans: list[tuple[str, float, float]]) -> Iterator[None]:
+    """Record each call of the TRACED steps as (label, start, end) in wall-clock time."""
+    import importlib
+    import threading
+
+    lock = threading.Lock()
+    undo = []
+    for module_name, attribute, label in TRACED:
+        owner: Any = importlib.import_module(module_name)
+        *path, name = attribute.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        original = getattr(owner, name)
+
+        def wrapper(*args: Any, __original: Any = original, __label: str = label, **kwargs: Any) -> Any:
+            began = time.time()
+            try:
+                return __original(*args, **kwargs)
+            finally:
+                with lock:
+                    spans.append((__label, began, time.time()))
+
+        setattr(owner, name, wrapper)
+        undo.append((owner, name, original))
+    try:
+        yield
+    finally:
+        for owner, name, original in reversed(undo):
+            setattr(owner, name, original)
+
+
+def tell_timeline(spans: list[tuple[str, float, float]], start: float, submits: list[float]) -> None:
+    """Each step's first start and last end, from the run's start; checks apart for QA and for candidates."""
+    last_submit = max(submits) if submits else None
+    steps: dict[str, list[tuple[float, float]]] = {}
+    qa = [span for span in spans if span[0] == "QA of the Lanes"]
+    for label, began, ended in spans:
+        if label == "a check":
+            label = "checks in QA" if any(q[1] <= began <= q[2] for q in qa) else "candidate checks"
+        steps.setdefault(label, []).append((began, ended))
+    print(f"  timeline (s from the run's start; last Executor submit at "
+          f"{'-' if last_submit is None else f'{last_submit - start:.2f}'}):")
+    for label, found in sorted(steps.items(), key=lambda item: min(b for b, _ in item[1])):
+        print(f"    {min(b for b, _ in found) - start:7.2f} .. {max(e for _, e in found) - start:7.2f}  {label} "
+              f"(x{len(found)}, {sum(e - b for b, e in found):.2f} s summed)")
+
+
 @contextmanager
 def first_check_noted(probe: Any, timeline: Timeline) -> Iterator[None]:
     import lanes_es.adapters.qa as qa_adapter
@@ -355,7 +417,7 @@ def first_check_noted(probe: Any, timeline: Timeline) -> Iterator[None]:
 
 
 def run_lanes(workdir: Path, sdist: Path, case: str, mode: str | None, verify_workers: int | None,
-              poll: float) -> dict[str, Any]:
+              poll: float, show_timeline: bool = False) -> dict[str, Any]:
     from lanes_es.bootstrap import bootstrap
     from lanes_es.steward.run import AutopilotOptions, run_autopilot
     from lanes_es.usecases.confirmation import BatchOptions
@@ -374,8 +436,11 @@ def run_lanes(workdir: Path, sdist: Path, case: str, mode: str | None, verify_wo
     options = AutopilotOptions(batch=BatchOptions(max_parallel=len(planned), integration=mode,
                                                   verify_workers=verify_workers),
                                lanes_dir=lanes, executor=argv, yes=True, poll=poll)
-    with probing(deps) as probe, first_check_noted(probe, timeline):
-        began = time.perf_counter()
+    spans: list[tuple[str, float, float]] = []
+    STATS.keep_commands, kept = show_timeline, len(STATS.commands)
+    with probing(deps) as probe, first_check_noted(probe, timeline), \
+            (traced(spans) if show_timeline else nullcontext()):
+        began, started = time.perf_counter(), time.time()
         code = run_autopilot(deps, SLUG, options, out=lines.append)
         wall = time.perf_counter() - began
     spawned = STATS.spawns - spawns
@@ -387,6 +452,12 @@ def run_lanes(workdir: Path, sdist: Path, case: str, mode: str | None, verify_wo
     integrated = [c["task_id"] for c in record["children"] if c["state"] in ("integrated", "released")]
     parked = [c["task_id"] for c in record["children"] if c["state"] == "needs_human"]
     submits = [float(path.read_text()) for path in barrier.iterdir()]
+    if show_timeline:
+        tell_timeline(spans, started, submits)
+        commands = Counter(next((part for part in command.split(" ") if not part.startswith("-")), command)
+                           for command in STATS.commands[kept:])
+        print("  git spawns by command: " + ", ".join(f"{name} {count}" for name, count in commands.most_common()))
+        STATS.keep_commands = False
     first = timeline.first_integration_check
     return {"wall": wall, "checks": probe.qa.checks + probe.integration.checks, "qa_checks": probe.qa.checks,
             "integration_checks": probe.integration.checks, "git_spawns": spawned,
@@ -466,7 +537,8 @@ def run_realrepo_bench(args: argparse.Namespace) -> int:
                     measured: dict[str, dict[str, Any]] = {}
                     for side in order:
                         before = load()
-                        measured[side] = (run_lanes(run / "lanes-es", sdist, case, mode, args.verify_workers, args.poll)
+                        measured[side] = (run_lanes(run / "lanes-es", sdist, case, mode, args.verify_workers, args.poll,
+                                                    args.timeline)
                                           if side == "lanes" else run_naive(run / "naive", sdist, case))
                         measured[side]["load"] = f"{before} -> {load()}"
                     lanes, naive = measured["lanes"], measured["naive"]

@@ -331,9 +331,9 @@ def _add_authorize(commands: Any) -> None:
 def add_integration_options(command: Any) -> None:
     command.add_argument("--integration", choices=("serial", "speculative", "batched", "adaptive"), default=None,
                          help="how settled Lanes integrate: serial (upstream's, one candidate at a time), "
-                              "speculative (cumulative candidates verified at once; default), batched (the top "
-                              "candidate only, bisecting on a failure) or adaptive (batched or speculative, chosen "
-                              "each round from how often this Initiative's Lanes failed lately)")
+                              "speculative (cumulative candidates verified at once), batched (the top candidate "
+                              "only, bisecting on a failure) or adaptive (batched or speculative, chosen each round "
+                              "from how often this Initiative's Lanes failed lately; default)")
     command.add_argument("--verify-workers", type=positive_int, default=None,
                          help="candidate checks run at once (default: max_parallel)")
     command.add_argument("--flake-reruns", type=int, choices=range(0, 6), default=None, metavar="N",

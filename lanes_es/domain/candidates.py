@@ -25,7 +25,7 @@ CHECK_FAILED = "batch_integration_check_failed"
 
 SERIAL, SPECULATIVE, BATCHED, ADAPTIVE = "serial", "speculative", "batched", "adaptive"
 INTEGRATION_MODES = (SERIAL, SPECULATIVE, BATCHED, ADAPTIVE)
-DEFAULT_INTEGRATION = SPECULATIVE
+DEFAULT_INTEGRATION = ADAPTIVE  # bench realrepo: fastest on passing work, no slower with a failure
 
 
 @dataclass(frozen=True)
