@@ -39,7 +39,7 @@ def counting(counter: Path) -> str:
 
 
 def events_of(engine: Engine, kind: type) -> list[object]:
-    return [event for event in engine.service.store.events(engine.batch.id) if isinstance(event, kind)]
+    return [event for event in engine.deps.store.events(engine.batch.id) if isinstance(event, kind)]
 
 
 def settle_together(engine: Engine, deliveries: dict[str, str], **options: object) -> dict:
@@ -217,5 +217,5 @@ def test_a_failed_candidate_is_kept_and_its_checks_output_is_on_the_park(tmp_pat
     assert "b:A1: python3 exited with code 3, started " in status
     assert main(["--root", engine.root, "replay", engine.batch.id]) == 0
     assert "| b cannot live with a" in capsys.readouterr().out
-    page = render_audit_html(engine.batch.id, engine.service.store.events(engine.batch.id))
+    page = render_audit_html(engine.batch.id, engine.deps.store.events(engine.batch.id))
     assert "b cannot live with a" in page and "python3 exited with code 3" in page
