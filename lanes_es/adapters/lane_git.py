@@ -449,7 +449,7 @@ class GitLanes:
         from the chain itself), a `merge-tree` and a `commit-tree` per candidate, one `diff-tree` for
         every identity of the chain, and the candidates' trees derived from the anchor's listing and
         those identities (one `ls-tree` per anchor, one `cat-file` for the chain's new blobs), so that
-        `verify_candidate` spawns nothing to read its tree. The result stops at the first failure.
+        `candidate_checks` spawns nothing to read its tree. The result stops at the first failure.
         """
         try:
             commits = self._lane_commits(root, [lane for _, lane in lanes])

@@ -86,18 +86,19 @@ def decode_result(raw: Any) -> HostResult:
 
 def _tree_from(payload: bytes) -> Any:
     """The candidate builder's tree value, rebuilt from its payload on this node."""
-    from lanes_es.adapters.lane_git import CandidateTree, TreeEntry
+    from lanes_es.adapters.check_runner import CheckTree, TreeEntry
 
     decoded = msgspec.msgpack.decode(payload, type=TreePayload)
     entries = {item.path: TreeEntry(item.mode, item.kind, item.sha) for item in decoded.entries}
-    return CandidateTree(entries, decoded.blobs)
+    return CheckTree(entries, decoded.blobs)
 
 
 def run_check_here(tree: Any, task_id: str, intent: dict[str, Any]) -> tuple[list[str], list[CommandDigest]]:
     """The local runner's check, on this node: failed finding ids and each item's output digest."""
-    from lanes_es.adapters.lane_git import _run_on_fresh_tree
+    from lanes_es.adapters.check_runner import LocalCheckRunner
 
-    return _run_on_fresh_tree(tree, task_id, intent)
+    run = LocalCheckRunner().run_check(tree, task_id, intent)
+    return list(run.findings), list(run.outputs)
 
 
 class _Attempt:
