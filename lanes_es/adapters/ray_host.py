@@ -1,4 +1,4 @@
-"""What runs on a Ray node for lanes-es: the node's check host, one detached actor per node.
+"""What runs on a Ray node for lanes-es: the node's host, one detached actor per node.
 
 The coordinator keeps git and the log; a node receives values and returns values:
 
@@ -28,12 +28,14 @@ from typing import Any
 
 import msgspec
 
-from lanes_es.domain.events import CommandDigest
+from lanes_es.domain.events import AttemptLimits, CommandDigest
+from lanes_es.executors.attempt import AttemptResult
 
 HOST_PREFIX = "lanes-es-host-"
 TREES_KEPT = 8  # decoded candidate trees a host keeps (a round's candidates share most blobs)
 RESULTS_KEPT = 4096  # finished attempts kept for a coordinator to collect
-RESULT_LIMIT = 4 * 1024 * 1024  # the most bytes a host's answer may hold; more is not a result
+RESULT_LIMIT = 4 * 1024 * 1024  # the most bytes a check's answer may hold; more is not a result
+DELIVERY_LIMIT = 256 * 1024 * 1024  # the most bytes an Executor attempt's delivery may hold
 
 
 class TreeFile(msgspec.Struct, frozen=True, array_like=True):
@@ -66,6 +68,38 @@ class HostResult(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float = 0.0
 
 
+class DeliveredFile(msgspec.Struct, frozen=True, array_like=True):
+    """A file an Executor attempt changed: its git mode and bytes (a link: its target), or removed (mode "")."""
+
+    path: str
+    mode: str
+    content: bytes = b""
+
+
+class AttemptRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """An Executor attempt for a node: the named agent, its program and prompt, its limits, and the
+    contract variables it is given (its working directory is the node's checkout, not the Lane)."""
+
+    agent: str
+    program: str
+    prompt: str
+    limits: AttemptLimits
+    contract: dict[str, str]
+
+
+class AttemptOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """An Executor attempt's end on a node: the attempt's own result, what it delivered, and the head of
+    what it printed (for the attempt's log file; never parsed)."""
+
+    attempt_id: str
+    node: str = ""
+    state: str = "finished"
+    result: AttemptResult | None = None
+    delivery: list[DeliveredFile] = []
+    output: bytes = b""
+    error: str | None = None
+
+
 def encode_tree(identity: str, entries: dict[str, Any], blobs: dict[str, bytes]) -> bytes:
     """The payload of a tree held as the candidate builder holds it (path -> entry with mode, kind, sha)."""
     files = [TreeFile(path, entry.mode, entry.kind, entry.sha) for path, entry in entries.items()]
@@ -74,14 +108,15 @@ def encode_tree(identity: str, entries: dict[str, Any], blobs: dict[str, bytes])
                                               blobs={sha: blobs[sha] for sha in wanted}))
 
 
-def decode_result(raw: Any) -> HostResult:
-    """A host's answer as a `HostResult`, or ValueError: bytes of a bounded size, of that shape."""
-    if not isinstance(raw, bytes) or len(raw) > RESULT_LIMIT:
-        raise ValueError("a node answered with something that is not a check result")
+def decode_result(raw: Any, kind: type[Any] = None, limit: int = RESULT_LIMIT) -> Any:  # type: ignore[assignment]
+    """A host's answer as `kind` (a `HostResult` by default), or ValueError: bytes of a bounded size, of that
+    shape and nothing else."""
+    if not isinstance(raw, bytes) or len(raw) > limit:
+        raise ValueError("a node answered with something that is not a result of lanes-es")
     try:
-        return msgspec.msgpack.decode(raw, type=HostResult)
-    except msgspec.ValidationError as error:
-        raise ValueError(f"a node answered with a malformed check result ({error})") from None
+        return msgspec.msgpack.decode(raw, type=kind or HostResult)
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise ValueError(f"a node answered with a malformed result ({error})") from None
 
 
 def _tree_from(payload: bytes) -> Any:
@@ -108,8 +143,9 @@ class _Attempt:
         self.done = threading.Event()
 
 
-class CheckHost:
-    """The node's host (wrapped by `ray.remote` in `host_actor`): runs checks in its threads."""
+class NodeHost:
+    """The node's host (wrapped by `ray.remote` in `host_actor`): runs checks and Executor attempts in its
+    threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -142,6 +178,25 @@ class CheckHost:
             result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id, error=str(error),
                                 seconds=time.monotonic() - started)
         attempt.result = msgspec.msgpack.encode(result)
+        attempt.done.set()
+        return attempt.result
+
+    def run_attempt(self, attempt_id: str, batch_id: str, tree_ref: list[Any], request: bytes) -> bytes:
+        """Run one Executor attempt in a checkout of the Lane's files (remote_attempt.py); its outcome."""
+        from lanes_es.adapters.remote_attempt import run_attempt_here
+
+        attempt = _Attempt(batch_id)
+        with self._lock:
+            self._attempts[attempt_id] = attempt
+        node = self.describe()["node"]
+        try:
+            result, delivery, output = run_attempt_here(self._tree(tree_ref),
+                                                        msgspec.msgpack.decode(request, type=AttemptRequest))
+            outcome = AttemptOutcome(attempt_id=attempt_id, node=node, result=result, delivery=delivery,
+                                     output=output)
+        except Exception as error:  # the attempt could not run here: its end, with why
+            outcome = AttemptOutcome(attempt_id=attempt_id, node=node, error=f"{type(error).__name__}: {error}")
+        attempt.result = msgspec.msgpack.encode(outcome)
         attempt.done.set()
         return attempt.result
 
@@ -196,7 +251,7 @@ def host_actor(ray: Any, node_id: str, slots: int) -> Any:
 
     from lanes_es.adapters.ray_cluster import NAMESPACE
 
-    return ray.remote(CheckHost).options(
+    return ray.remote(NodeHost).options(
         name=f"{HOST_PREFIX}{node_id}", namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
         num_cpus=0, max_restarts=0, max_task_retries=0, max_concurrency=max(slots, 1) + 4,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)).remote()

@@ -1,6 +1,6 @@
 """`RayCheckRunner`: candidate checks on a Ray cluster's nodes, dispatched and accounted for by the coordinator.
 
-Each check is an *attempt* with an id of its own, sent to one node's host (`ray_host.CheckHost`) that the
+Each check is an *attempt* with an id of its own, sent to one node's host (`ray_host.NodeHost`) that the
 runner chooses (the alive node with the most free slots; a node's slots are its `lanes_es_slots`
 resource), so that the dispatch names its node before anything runs. The candidate's tree goes into Ray's
 object store once per candidate; each attempt carries a reference to it.
@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from lanes_es.adapters.ray_cluster import RayUnavailable, connect, slot_nodes
-from lanes_es.adapters.ray_host import HostResult, decode_result, encode_tree, host_actor, lanes_es_version
+import msgspec
+
+from lanes_es.adapters.ray_host import (
+    DELIVERY_LIMIT, AttemptOutcome, AttemptRequest, HostResult, TreePayload, decode_result, encode_tree, host_actor,
+    lanes_es_version,
+)
 
 LOST_RERUNS = 2  # a check whose node was lost runs again on another node at most this often
 TREES_HELD = 16  # candidates' trees the runner keeps in the object store at once
@@ -138,31 +143,59 @@ class RayCheckRunner:
         lost, at most LOST_RERUNS times; ClusterLost past that."""
         identity, ref = self.tree_ref(tree)
         for _ in range(LOST_RERUNS + 1):
-            node = self.slots.take()
-            attempt_id = uuid.uuid4().hex
+            sent = self._dispatch(task_id, identity, lambda host, attempt_id: host.run_check.remote(
+                attempt_id, self.batch_id, [ref], task_id, intent))
+            if sent is None:
+                continue
+            attempt_id, node, raw = sent
             try:
-                self.journal(AttemptNote("dispatched", attempt_id, node, task_id, identity))
-                host = self._hosts[node]
-                try:
-                    raw = self._ray.get(host.run_check.remote(attempt_id, self.batch_id, [ref], task_id, intent))
-                except self._lost_errors() as error:
-                    self.slots.lose(node)
-                    self.journal(AttemptNote("lost", attempt_id, node, task_id, identity, _first_line(error)))
-                    continue
-                try:
-                    result = decode_result(raw)
-                except ValueError as error:
-                    result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id, error=str(error))
-                if result.attempt_id != attempt_id or result.task_id != task_id:
-                    result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id,
-                                        error="a node answered for another attempt")
-                self.journal(AttemptNote("ended", attempt_id, node, task_id, identity,
-                                         "passed" if not result.findings and result.error is None else "failed"))
-                return result
-            finally:
-                self.slots.give_back(node)
+                result = decode_result(raw)
+            except ValueError as error:
+                result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id, error=str(error))
+            if result.attempt_id != attempt_id or result.task_id != task_id:
+                result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id,
+                                    error="a node answered for another attempt")
+            self.journal(AttemptNote("ended", attempt_id, node, task_id, identity,
+                                     "passed" if not result.findings and result.error is None else "failed"))
+            return result
         raise ClusterLost(f"the check of {task_id} was lost with its node {LOST_RERUNS + 1} times on {self.runner}; "
                           f"run the tick again when the cluster is whole")
+
+    def run_executor_attempt(self, task_id: str, lane: TreePayload, request: AttemptRequest) -> AttemptOutcome:
+        """One Executor attempt on a node, in a checkout of the Lane's files; a lost node is its end (`lost`):
+        the autopilot's retry policy decides what follows, as for a local attempt that was lost."""
+        ref = self._ray.put(msgspec.msgpack.encode(lane))
+        payload = msgspec.msgpack.encode(request)
+        sent = self._dispatch(task_id, lane.identity, lambda host, attempt_id: host.run_attempt.remote(
+            attempt_id, self.batch_id, [ref], payload))
+        if sent is None:
+            return AttemptOutcome(attempt_id="", state="lost", error="its node was lost")
+        attempt_id, node, raw = sent
+        try:
+            outcome = decode_result(raw, AttemptOutcome, DELIVERY_LIMIT)
+        except ValueError as error:
+            outcome = AttemptOutcome(attempt_id=attempt_id, node=node, error=str(error))
+        if outcome.attempt_id != attempt_id:
+            outcome = AttemptOutcome(attempt_id=attempt_id, node=node, error="a node answered for another attempt")
+        self.journal(AttemptNote("ended", attempt_id, node, task_id, lane.identity,
+                                 outcome.error or (outcome.result.killed if outcome.result else None) or "finished"))
+        return outcome
+
+    def _dispatch(self, task_id: str, identity: str, call: Callable[[Any, str], Any]) -> tuple[str, str, Any] | None:
+        """Send one attempt to the freest node and wait for its answer: (attempt id, node, answer), or None when
+        the node was lost on the way (taken out, the loss noted)."""
+        node = self.slots.take()
+        attempt_id = uuid.uuid4().hex
+        try:
+            self.journal(AttemptNote("dispatched", attempt_id, node, task_id, identity))
+            try:
+                return attempt_id, node, self._ray.get(call(self._hosts[node], attempt_id))
+            except self._lost_errors() as error:
+                self.slots.lose(node)
+                self.journal(AttemptNote("lost", attempt_id, node, task_id, identity, _first_line(error)))
+                return None
+        finally:
+            self.slots.give_back(node)
 
     def collect(self, node: str, attempt_id: str) -> HostResult:
         """An attempt a coordinator before this one started: its result, or its state (running, unknown)."""

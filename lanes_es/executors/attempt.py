@@ -11,7 +11,8 @@ Lane, with the agent's environment. It
    or Ctrl-C reaches it;
 4. when the agent ended by itself with exit 0 and its task still waits for a delivery, runs
    `lanes-es task submit` in the Lane, through the interpreter running this (no activated venv
-   needed): exit 0 is never taken as success, the coordinator's QA and scope check decide;
+   needed): exit 0 is never taken as success, the coordinator's QA and scope check decide (an
+   attempt on a Ray node has no Lane there: the coordinator submits after writing its delivery);
 5. writes the result file, which the autopilot records as the attempt's end.
 
 A process of its own, so that an autopilot killed mid-attempt loses nothing: the attempt goes on,
@@ -120,7 +121,9 @@ class Attempt:
             return AttemptResult(exit_code=code, duration_ms=elapsed_ms(began), killed=killed[0], detail=killed[1],
                                  usage=usage)
         duration = elapsed_ms(began)
-        submitted = self.submit() if code == 0 else None
+        # No submit_argv: the attempt ran away from its Lane (a Ray node), and the coordinator submits
+        # once its delivery is written into the Lane.
+        submitted = self.submit() if code == 0 and self.spec.submit_argv else None
         return AttemptResult(exit_code=code, duration_ms=duration, submitted=submitted, usage=usage)
 
     def supervise(self, process: subprocess.Popen[bytes], began: float) -> tuple[str, str] | None:

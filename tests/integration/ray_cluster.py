@@ -54,9 +54,13 @@ class LocalRayCluster:
 
 
 @contextmanager
-def local_ray_cluster(nodes: tuple[str, ...] = NODES, slots: int = SLOTS_PER_NODE) -> Iterator[LocalRayCluster]:
+def local_ray_cluster(nodes: tuple[str, ...] = NODES, slots: int = SLOTS_PER_NODE,
+                      node_env: dict[str, str] | None = None) -> Iterator[LocalRayCluster]:
+    """The cluster; `node_env`: what the nodes' own environment adds (what an agent finds there, as on a
+    real machine: its credentials, a fake agent's scenario)."""
     token = secrets.token_hex(24)
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, **(node_env or {}), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token,
+           "RAY_USAGE_STATS_ENABLED": "0"}
     process = subprocess.Popen([sys.executable, __file__, ",".join(nodes), str(slots)], env=env, text=True,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:

@@ -6,23 +6,31 @@ run lanes-es on the cluster)."""
 
 from __future__ import annotations
 
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from lanes_es.adapters.lane_git import CandidateTree
 from lanes_es.adapters.ray_host import run_check_here
-from tests.gitfixtures import commit_file, descriptor, make_repo
+from tests.gitfixtures import commit_file, descriptor, make_repo, write_file
 from tests.integration.ray_cluster import LocalRayCluster, local_ray_cluster
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalRayCluster]:
+def agent_scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake agents' scenario file, in the nodes' environment (a test writes what the agents do)."""
+    return tmp_path_factory.mktemp("agents") / "scenario.json"
+
+
+@pytest.fixture(scope="module")
+def cluster(agent_scenario: Path) -> Iterator[LocalRayCluster]:
     """The cluster, and its token in this process's environment (Ray reads it when it is first imported:
     nothing here imports Ray before)."""
-    with local_ray_cluster() as started:
+    with local_ray_cluster(node_env={"FAKE_AGENT_SCENARIO": str(agent_scenario)}) as started:
         saved = {key: os.environ.get(key) for key in started.env()}
         os.environ.update(started.env())
         try:
@@ -55,6 +63,8 @@ def intent(*commands: list[str], writable: list[str] | None = None, timeout_ms: 
         items.append({"id": f"A{index}", "assertion": "holds", "verification": verification})
     return {"acceptance": items}
 
+
+FAKES = Path(__file__).resolve().parents[1] / "fakes" / "agents"
 
 CASES = {
     "passes": intent(["-c", "print('fine')"]),
@@ -97,6 +107,47 @@ def test_a_candidates_tree_goes_to_the_object_store_once(cluster: LocalRayCluste
     runner = RayCheckRunner(cluster.runner, "batch-ray-test")
     first, again = runner.tree_ref(tree), runner.tree_ref(CandidateTree(tree.entries, tree.blobs))
     assert first[0] == again[0] and first[1] is again[1]
+
+
+def test_an_executor_attempt_runs_on_a_node_and_its_delivery_comes_back_checked_against_the_scope(
+        cluster: LocalRayCluster, agent_scenario: Path, tmp_path: Path) -> None:
+    from lanes_es.adapters.ray_host import AttemptRequest, DeliveredFile
+    from lanes_es.adapters.ray_runner import RayCheckRunner
+    from lanes_es.adapters.remote_lane import DeliveryRefused, lane_payload, write_delivery
+    from lanes_es.domain.events import AttemptLimits
+
+    lane = make_repo(tmp_path / "lane")
+    write_file(lane, "task-a.txt", "work so far\n")  # the Lane's work of an earlier attempt travels too
+    agent_scenario.write_text(json.dumps({"record": str(tmp_path / "record"), "tasks": {
+        "task-a": [{"append": {"task-a.txt": "delivered\n"}, "tokens_in": 10, "tokens_out": 5}],
+        "task-b": [{"write": {"task-a.txt": "not mine\n", "src/other.txt": "outside\n"}}]}}))
+    notes: list[Any] = []
+    runner = RayCheckRunner(cluster.runner, "batch-ray-test", notes.append)
+
+    def attempt(task_id: str) -> Any:
+        request = AttemptRequest(agent="claude-code", program=str(FAKES / "claude"), prompt=f"Deliver {task_id}",
+                                 limits=AttemptLimits(timeout_seconds=60),
+                                 contract={"LANES_ES_TASK_ID": task_id, "LANES_ES_NEXT_OBLIGATION": "submit_assurance"})
+        return runner.run_executor_attempt(task_id, lane_payload(lane), request)
+
+    done = attempt("task-a")
+    assert done.error is None and done.result is not None and done.result.exit_code == 0
+    assert done.result.submitted is None  # nothing submitted on the node: the coordinator does, in the Lane
+    assert (done.result.usage.tokens_in, done.result.usage.tokens_out) == (10, 5)
+    assert done.delivery == [DeliveredFile("task-a.txt", "100644", b"work so far\ndelivered\n")]
+    assert done.node in cluster.nodes.values()
+    call = json.loads((tmp_path / "record" / "task-a.jsonl").read_text().splitlines()[0])
+    assert call["cwd"] != lane and not call["cwd"].startswith(lane)  # it ran in the node's checkout
+    write_delivery(lane, "task-a", ["task-a.txt"], done.delivery)
+    assert (Path(lane) / "task-a.txt").read_text() == "work so far\ndelivered\n"
+
+    breach = attempt("task-b")
+    assert {item.path for item in breach.delivery} == {"task-a.txt", "src/other.txt"}
+    with pytest.raises(DeliveryRefused, match="outside the scope of task-b: src/other.txt, task-a.txt"):
+        write_delivery(lane, "task-b", ["docs/"], breach.delivery)
+    assert (Path(lane) / "task-a.txt").read_text() == "work so far\ndelivered\n"  # nothing written
+    assert not (Path(lane) / "src" / "other.txt").exists()
+    assert [note.kind for note in notes] == ["dispatched", "ended", "dispatched", "ended"]
 
 
 def test_a_node_removed_mid_check_loses_its_checks_to_the_other_nodes(cluster: LocalRayCluster,

@@ -1,0 +1,96 @@
+"""An Executor attempt on a Ray node: the Lane's files checked out there, the agent run by the very attempt
+process a local attempt runs (lanes_es/executors/attempt.py: its limits, its process group, its usage
+reader), and what it changed read back as the delivery. It submits nothing: the coordinator writes the
+delivery into the Lane, checked against the task's scope, and submits there.
+
+The checkout is a fresh repository whose one commit is the Lane as the coordinator sent it (agents
+expect a git repository); the delivery is what `git status` in it lists afterwards (ignored files, such
+as the attempt's temporary directory under .imm/state/, are not delivered). The agent's environment is
+the node's own (its credentials live there, never sent) with the Executor contract's variables.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from typing import Any
+
+import msgspec
+
+from lanes_es.adapters.git import batch_identity_env, git
+from lanes_es.adapters.processes import run_bounded
+from lanes_es.adapters.ray_host import AttemptRequest, DeliveredFile
+from lanes_es.executors import agent_named
+from lanes_es.executors.attempt import AttemptResult, AttemptSpec, write_atomically
+from lanes_es.executors.environment import executor_environment
+
+OUTPUT_KEPT = 256 * 1024  # the head of what the attempt printed that goes back for its log file
+GRACE_SECONDS = 30  # the attempt process enforces the limit itself; this bounds a stuck one
+
+
+def run_attempt_here(tree: Any, request: AttemptRequest) -> tuple[AttemptResult, list[DeliveredFile], bytes]:
+    """Run the attempt in a checkout of `tree`; its result, its delivery, and the head of its output."""
+    agent = agent_named(request.agent)
+    if agent is None:
+        raise ValueError(f"no Executor adapter named {request.agent!r} on this node")
+    base = tempfile.mkdtemp(prefix="lanes-es-attempt-")
+    try:
+        work = os.path.join(base, "work")
+        os.mkdir(work)
+        tree.write_to(work)
+        _commit_as_sent(work)
+        limits = request.limits
+        spec = AttemptSpec(agent=agent.name, argv=agent.argv(request.program, work, request.prompt, limits), lane=work,
+                           timeout_seconds=limits.timeout_seconds, max_tokens=limits.tokens,
+                           max_cost_usd=limits.cost_usd, tmpdir=os.path.join(work, ".imm", "state", "executor-tmp"),
+                           result_path=os.path.join(base, "result.json"),
+                           progress_path=os.path.join(base, "progress.json"),
+                           stop_path=os.path.join(base, "stop.json"), submit_argv=[])
+        spec_path = os.path.join(base, "spec.json")
+        write_atomically(spec_path, msgspec.json.encode(spec))
+        env = executor_environment(os.environ, {**request.contract, "LANES_ES_LANE_PATH": work},
+                                   agent.environment(work))
+        _, out, _ = run_bounded([sys.executable, "-P", "-m", "lanes_es.executors.attempt", spec_path], cwd=work,
+                                stdin=b"", timeout=limits.timeout_seconds + GRACE_SECONDS, keep_stdout=OUTPUT_KEPT,
+                                keep_stderr=0, env=env)
+        try:
+            result = msgspec.json.decode(open(spec.result_path, "rb").read(), type=AttemptResult)
+        except (OSError, msgspec.DecodeError):
+            result = AttemptResult(exit_code=None, duration_ms=0, killed="lost",
+                                   detail="the attempt process left no result on its node")
+        return result, delivery_of(work), out.head
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _commit_as_sent(work: str) -> None:
+    git(work, "init", "-q")
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "--allow-empty", "--no-verify", "-m", "the Lane as lanes-es sent it",
+        env=batch_identity_env())
+
+
+def delivery_of(work: str) -> list[DeliveredFile]:
+    """Each path the attempt changed, added or removed in `work`, with what it holds now."""
+    listed = git(work, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+    tokens = listed.stdout.decode("utf-8", "surrogateescape").split("\0")
+    delivered: list[DeliveredFile] = []
+    for token in tokens:
+        if len(token) < 4:
+            continue
+        path = token[3:]
+        full = os.path.join(work, path)
+        try:
+            info = os.lstat(full)
+        except FileNotFoundError:
+            delivered.append(DeliveredFile(path, ""))
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            delivered.append(DeliveredFile(path, "120000", os.fsencode(os.readlink(full))))
+        elif stat.S_ISREG(info.st_mode):
+            with open(full, "rb") as handle:
+                delivered.append(DeliveredFile(path, "100755" if info.st_mode & 0o111 else "100644", handle.read()))
+    return delivered
