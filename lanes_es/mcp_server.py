@@ -287,7 +287,7 @@ class BatchTools:
 
     def timeline(self, arguments: dict[str, Any]) -> Outcome:
         slug, batch_id = self._batch_of(arguments)
-        rows = [msgspec.to_builtins(row) for row in timeline(self.deps.store.events(batch_id))]
+        rows = [msgspec.to_builtins(row) for row in timeline(self.deps.store.verified_events(batch_id))]
         return Outcome({"state": "timeline", "initiative_slug": slug, "batch_id": batch_id, "rows": rows})
 
     def _batch_of(self, arguments: dict[str, Any]) -> tuple[str, str]:

@@ -5,13 +5,14 @@ one narrow SELECT a page on SQLite and PostgreSQL: eventsourcing's `select_event
 StoredEvent of every row, which cost a rebuild more than decoding the row did. Each row is
 decoded with one msgspec Decoder per event class (the mapper's path, without its per-row topic
 lookup); a class past schema version 1 goes through the mapper, which runs its upcasters.
-`stream_rows` gives whole StoredEvents, for the checks that read every column (replay, verify).
+`stream_verified_events` checks each row as it decodes it (what every command that loads a batch
+reads); `stream_rows` gives whole StoredEvents, for the checks that read every column (replay, verify).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import msgspec
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
@@ -48,6 +49,54 @@ def stream_events(store: Any, aggregate_id: str, page: int | None = None) -> Ite
         if len(rows) < page:
             return
         after = rows[-1][0]
+
+
+class PagedRow(NamedTuple):
+    """A row as the narrow page select reads it, with the fields of a StoredEvent the checks read."""
+
+    originator_id: str
+    originator_version: int
+    topic: str
+    state: Any
+
+
+def stream_verified_events(store: Any, aggregate_id: str, until: int | None = None,
+                           page: int | None = None) -> Iterator[Any]:
+    """`stream_events` (up to version `until`), every row checked as it is decoded, each once: the numbering,
+    the event each row holds, the digest chain on the stored form (lanes_es/audit/chain.py) and, for the whole
+    log, the size and chain digest this machine anchored (`store.anchored`). `DamagedLog` (naming the first
+    break and `lanes-es verify`) at the first break, or once the log is read when it is shorter than what was
+    anchored: a consumer writes nothing before the stream ends."""
+    from lanes_es.adapters.store import DamagedLog
+    from lanes_es.audit.chain import StoredLogCheck, anchored_breaks
+
+    # The anchored tip is read before the rows: it is written only after its events were saved, so a tick
+    # that appends and anchors meanwhile can never make the rows look shorter than it.
+    tip = store.anchored(aggregate_id) if store.anchored is not None and until is None else None
+    page = page or PAGE
+    select = _page_select(store.app.recorder)
+    check = StoredLogCheck()
+    count, at_tip, after = 0, None, 0
+    while True:
+        rows = select(aggregate_id, after, page)
+        for version, topic, state in rows:
+            if until is not None and version > until:
+                break
+            row = PagedRow(aggregate_id, version, topic, state)
+            event = check.feed(row)
+            count += 1
+            if check.broken:  # nothing is folded past a break: the events after it may not even apply
+                found = check.breaks()
+                raise DamagedLog(aggregate_id, found[0], len(found))
+            if tip is not None and version == tip[0]:
+                at_tip = row
+            yield event
+        if len(rows) < page or (until is not None and rows and rows[-1][0] >= until):
+            break
+        after = rows[-1][0]
+    breaks = (check.breaks() if count else []) or anchored_breaks(count, at_tip, tip)
+    if breaks:
+        raise DamagedLog(aggregate_id, breaks[0], len(breaks))
 
 
 def _fast_decoder(topic: str) -> Callable[[Any], Any] | None:

@@ -384,27 +384,19 @@ class EventStore:
 
     def batch(self, batch_id: str, version: int | None = None) -> LaneBatch | None:
         """The batch as of `version` (default: its whole log), None when absent; `DamagedLog` when its log does
-        not verify. Its rows are checked as they are decoded, each once: numbering, the event each row holds,
-        the digest chain on the stored form (lanes_es/audit/chain.py), and, for the whole log, the size and
-        chain digest this machine anchored (`anchored`)."""
-        from lanes_es.audit.chain import StoredLogCheck  # the audit module imports this one
+        not verify (lanes_es/adapters/log_reader.py `stream_verified_events`: each row checked as it is decoded)."""
+        return project(None, self._verified(batch_id, version))
 
-        # The anchored tip is read before the rows: it is written only after its events were saved, so a
-        # tick that appends and anchors meanwhile can never make the rows look shorter than it.
-        tip = self.anchored(batch_id) if self.anchored is not None and version is None else None
-        rows = self._rows(batch_id, version)
-        if not rows:
-            return None
-        check = StoredLogCheck()
-        events = [check.feed(row) for row in rows]
-        breaks = check.breaks() or _anchored_breaks(rows, tip)
-        if breaks:
-            raise DamagedLog(batch_id, breaks[0], len(breaks))
-        return project(None, events)
+    def verified_events(self, batch_id: str) -> list[Any]:
+        """Every event of a batch, oldest first, checked as `batch` checks them (`DamagedLog` when they do not
+        verify): what a command hands on (the MCP timeline, `flakes`) rather than folds."""
+        return list(self._verified(batch_id, None))
 
-    def _rows(self, aggregate_id: str, version: int | None) -> list[StoredEvent]:
+    def _verified(self, batch_id: str, version: int | None) -> Iterator[Any]:
+        from lanes_es.adapters.log_reader import stream_verified_events
+
         try:
-            return list(self.app.recorder.select_events(aggregate_id, lte=version))
+            yield from stream_verified_events(self, batch_id, until=version)
         except StoreError:
             raise
         except Exception as error:
@@ -572,24 +564,6 @@ def project(aggregate: Any, events: Iterable[Any]) -> Any:
     for event in events:
         aggregate = event.mutate(aggregate)
     return aggregate
-
-
-def _anchored_breaks(rows: list[StoredEvent], tip: tuple[int, str] | None) -> list[Any]:
-    """The log against what this machine anchored of it: as long at least, and the same event at that size."""
-    if tip is None:
-        return []
-    from lanes_es.audit.chain import ChainBreak, stored_digest
-
-    size, digest = tip
-    if len(rows) < size:
-        return [ChainBreak(version=len(rows) + 1, rule="log_cut_short",
-                           message=f"the log holds {len(rows)} events but {size} were anchored (signed in its "
-                                   f"checkpoint): the newest {size - len(rows)} were removed")]
-    if digest and stored_digest(rows[size - 1]) != digest:
-        return [ChainBreak(version=size, rule="anchored_digest_mismatch",
-                           message=f"the event at the anchored size {size} is not the one anchored (its chain digest "
-                                   f"was {digest[:12]}): the log was rewritten after it was checkpointed")]
-    return []
 
 
 def _lock_key(env: dict[str, str], name: str) -> int:

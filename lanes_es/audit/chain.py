@@ -45,6 +45,8 @@ DIGEST_MISMATCH = "digest_mismatch"
 ROW_MISMATCH = "row_mismatch"
 UNDECODABLE = "undecodable"
 EMPTY_LOG = "empty_log"
+LOG_CUT_SHORT = "log_cut_short"  # against the size anchored on this machine (`verify`'s checkpoint check says it too)
+ANCHORED_DIGEST_MISMATCH = "anchored_digest_mismatch"
 
 
 class ChainBreak(msgspec.Struct, frozen=True, kw_only=True):
@@ -272,6 +274,11 @@ class StoredLogCheck:
             return
         self._walk.step(row.originator_id, version, _class_name(row.topic), sealed, digest)
 
+    @property
+    def broken(self) -> bool:
+        """Whether a break was found so far (cheap: a reader stops folding at the first one)."""
+        return bool(self.undecodable or self.row_breaks or self._walk.breaks)
+
     def chain_breaks(self) -> list[ChainBreak]:
         if not self._walk.links:
             return [] if self._unreadable else self._walk.finish()
@@ -323,3 +330,20 @@ def stored_breaks(rows: Sequence[StoredEvent], decoded: Sequence[Any | None],
     for row, event in zip(rows, decoded):
         check.check_row(row, event)
     return check.breaks()
+
+
+def anchored_breaks(count: int, at_size: Any, tip: tuple[int, str] | None) -> list[ChainBreak]:
+    """A log of `count` events against what this machine anchored of it (`tip`: the size and the chain digest
+    of the event at that size, `at_size` that event's row): as long at least, and the same event at that size."""
+    if tip is None:
+        return []
+    size, digest = tip
+    if count < size:
+        return [ChainBreak(version=count + 1, rule=LOG_CUT_SHORT,
+                           message=f"the log holds {count} events but {size} were anchored (signed in its "
+                                   f"checkpoint): the newest {size - count} were removed")]
+    if digest and at_size is not None and stored_digest(at_size) != digest:
+        return [ChainBreak(version=size, rule=ANCHORED_DIGEST_MISMATCH,
+                           message=f"the event at the anchored size {size} is not the one anchored (its chain digest "
+                                   f"was {digest[:12]}): the log was rewritten after it was checkpointed")]
+    return []

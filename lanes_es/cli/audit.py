@@ -19,7 +19,8 @@ from typing import Any, BinaryIO, Callable, TextIO
 
 import msgspec
 
-from lanes_es.audit.chain import StoredLogCheck, chain_head, verify_stored
+from lanes_es.adapters.store import DamagedLog
+from lanes_es.audit.chain import StoredLogCheck, anchored_breaks, chain_head, verify_stored
 from lanes_es.audit.export import ExportError, read_export_rows, stored_lines, write_lines
 from lanes_es.audit.replay import (Replay, ReplayRangeError, ReplayResult, TerminalProgress, chain_breaks_up_to,
                                    check_range)
@@ -141,9 +142,25 @@ def _audit(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- reading a batch
 
 
-def load_batch(store: Any, batch_id: str) -> tuple[list[Any], list[Any]]:
-    """The decoded events of a batch and the breaks seen in its stored rows and their chain."""
-    return verify_stored(load_rows(store, batch_id))
+def load_sound_rows(store: Any, batch_id: str) -> tuple[list[Any], list[Any]]:
+    """The stored rows of a batch and their events, for a command that hands the log on (export, the audit
+    page); `DamagedLog` with the pointer to `verify` when it does not verify: its rows and chain, or the size
+    this machine anchored."""
+    tip = _anchored_tip(store, batch_id)  # before the rows: see stream_verified_events
+    rows = load_rows(store, batch_id)
+    events, breaks = verify_stored(rows)
+    breaks = breaks or anchored_breaks(len(rows), _row_at(rows, tip), tip)
+    if breaks:
+        raise DamagedLog(batch_id, breaks[0], len(breaks))
+    return rows, events
+
+
+def _anchored_tip(store: Any, batch_id: str) -> tuple[int, str] | None:
+    return store.anchored(batch_id) if getattr(store, "anchored", None) is not None else None
+
+
+def _row_at(rows: list[Any], tip: tuple[int, str] | None) -> Any:
+    return rows[tip[0] - 1] if tip is not None and 0 < tip[0] <= len(rows) else None
 
 
 def load_rows(store: Any, batch_id: str) -> list[Any]:
@@ -193,12 +210,16 @@ def replay_streamed(store: Any, batch_id: str, at_version: int | None, on_step: 
 
     if not is_valid_id(batch_id):
         raise ServiceError("invalid_input", f"{batch_id!r} is not a batch id")
+    tip = _anchored_tip(store, batch_id) if at_version is None else None  # before the rows
     total = newest_version(store, batch_id)
     check = StoredLogCheck()
     walk = Replay(on_step=on_step)
     rows = newest = 0
+    at_tip = None
     for row in stream_rows(store, batch_id):
         rows += 1
+        if tip is not None and row.originator_version == tip[0]:
+            at_tip = row
         event = check.feed(row)
         if event is not None:
             newest = event.originator_version
@@ -212,7 +233,8 @@ def replay_streamed(store: Any, batch_id: str, at_version: int | None, on_step: 
         check_range(at_version, newest)
     except ReplayRangeError as error:
         raise ServiceError("invalid_input", str(error)) from None
-    return walk.result(chain_breaks_up_to(check.breaks(), at_version)), walk.count
+    breaks = chain_breaks_up_to(check.breaks(), at_version)
+    return walk.result(breaks + ([] if breaks else anchored_breaks(rows, at_tip, tip))), walk.count
 
 
 class _JsonSteps:
@@ -387,12 +409,7 @@ def export_command(store: Any, batch_id: str, output: Path | None, out: BinaryIO
 
     The lines are the rows as stored, so old events keep the bytes they were sealed with.
     """
-    rows = load_rows(store, batch_id)
-    events, stored_breaks = verify_stored(rows)
-    undecodable = [found for found in stored_breaks if found.rule == "undecodable"]
-    if undecodable:
-        raise ServiceError("unreadable_log", f"version {undecodable[0].version} of {batch_id} does not decode, so the "
-                                             f"log cannot be exported whole; `lanes-es verify {batch_id}` shows why")
+    rows, events = load_sound_rows(store, batch_id)
     if output is None:
         stream = out or sys.stdout.buffer
         for line in stored_lines(rows):
@@ -406,7 +423,7 @@ def export_command(store: Any, batch_id: str, output: Path | None, out: BinaryIO
 
 def audit_command(store: Any, batch_id: str, html_path: Path, out: TextIO | None = None,
                   anchors: AnchorMarks | None = None) -> int:
-    events, _ = load_batch(store, batch_id)
+    _, events = load_sound_rows(store, batch_id)
     page = render_audit_html(batch_id, events, anchors)
     with naming(html_path):
         html_path.parent.mkdir(parents=True, exist_ok=True)

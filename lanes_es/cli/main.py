@@ -641,7 +641,7 @@ def _flakes(args: argparse.Namespace) -> int:
     from lanes_es.projections.flakes import flaky_checks
 
     store = deps_of(args, read_only=True).store
-    rows = flaky_checks((batch_id, store.events(batch_id)) for batch_id in store.batch_ids())
+    rows = flaky_checks((batch_id, store.verified_events(batch_id)) for batch_id in store.batch_ids())
     _print(rows, args.json, lambda found: "\n".join(
         f"{row['check']}: passed on a rerun {row['passed_on_rerun']} time(s) in {len(row['batches'])} batch(es), "
         f"last {row['batches'][-1]}" for row in found) or "no check passed only on a rerun")

@@ -45,14 +45,19 @@ def delete_newest(repo: Path, batch_id: str) -> None:
 
 
 def refused_everywhere_but_verify(repo: Path, batch_id: str, rule: str) -> None:
+    """`verify` and `replay` find it (exit 1); every other command refuses it and writes nothing."""
     before = rows(repo)
-    verify = lanes(repo, "verify", batch_id)
-    assert verify.returncode == EXIT_FINDING and rule in verify.stdout, verify.stdout
-    for command in (["status", SLUG], ["status", "--batch", batch_id], ["tick", SLUG]):
+    for finding in (["verify", batch_id], ["replay", batch_id]):
+        found = lanes(repo, *finding)
+        assert found.returncode == EXIT_FINDING and rule in found.stdout, (finding, found.stdout[-2000:])
+    page, exported = repo.parent / "audit.html", repo.parent / "log.jsonl"
+    for command in (["status", SLUG], ["status", "--batch", batch_id], ["tick", SLUG], ["flakes"],
+                    ["export", batch_id, "-o", str(exported)], ["audit", batch_id, "-o", str(page)]):
         line = refused(lanes(repo, *command), f"the event store's log of {batch_id} does not verify", rule,
                        f"`lanes-es verify {batch_id}` lists every finding")
-        assert "nothing was read from it or written to it" in line
+        assert "nothing was read from it or written to it" in line, (command, line)
     assert rows(repo) == before  # the tick appended nothing over the damage
+    assert not page.exists() and not exported.exists()
 
 
 def test_a_rewritten_payload_is_refused_by_every_command_but_verify(repo):
