@@ -259,11 +259,12 @@ def test_refused_ticks_speak_cli_and_name_the_way_on(greeter: Path) -> None:
     ok(lanes(greeter, "authorize", "greeting", "--yes"))
     (greeter / "junk.txt").write_text("mine\n")
     dirty = lanes(greeter, "tick", "greeting")
-    assert dirty.returncode == 2 and "commit, stash or move away the changes" in dirty.stdout, dirty.stdout
+    # A refused tick speaks on stderr, in one line, as every refusal does.
+    assert dirty.returncode == 2 and "commit, stash or move away the changes" in dirty.stderr, dirty.stderr
     (greeter / "junk.txt").unlink()
     first = lanes(greeter, "tick", "greeting")
     assert "make a Lane for each provision handoff" in first.stdout and "--offer TASK=PATH" in first.stdout
-    for said in (dirty.stdout, first.stdout):
+    for said in (dirty.stdout, dirty.stderr, first.stdout):
         assert not any(word in said for word in MCP_WORDS), said
     more = ok(lanes(greeter, "initiative", "add-task", "greeting", "more", "--goal", "g", "--scope", "more.py",
                     "--check", "true"))
