@@ -59,9 +59,16 @@ def start_check(argv: list[str], **popen_args: Any) -> subprocess.Popen[bytes]:
     """`start_group` for a check lanes-es waits for: it ends with this process, even one killed outright (its
     leader by the parent-death signal, what it started by the next lanes-es that starts a check)."""
     reap_abandoned_once()
-    process = start_group(argv, preexec_fn=_ends_with(os.getpid()), **popen_args)
+    process = start_tied_group(argv, **popen_args)
     _record(process)
     return process
+
+
+def start_tied_group(argv: list[str], **popen_args: Any) -> subprocess.Popen[bytes]:
+    """`start_group` whose leader the kernel kills (SIGKILL) when the thread that started it dies: a supervisor
+    killed outright never leaves its command running unsupervised (past its limits). Start it from a thread
+    that lives as long as it waits for the command."""
+    return start_group(argv, preexec_fn=_ends_with(os.getpid()), **popen_args)
 
 
 def kill_group(process: subprocess.Popen[bytes]) -> None:

@@ -3,7 +3,9 @@
 The autopilot writes the attempt's spec (argv, Lane, limits, where to write) and starts this in the
 Lane, with the agent's environment. It
 
-1. starts the agent in its own session, stdin closed, the Lane as its working directory;
+1. starts the agent in its own session, stdin closed, the Lane as its working directory, with the
+   kernel's parent-death signal: killed outright, this process takes the agent with it (never an agent
+   running on past its limits with no one watching);
 2. copies the agent's output to the attempt's log and reads its usage as it comes (usage.py),
    rewriting the progress file whenever the usage changes (the autopilot adds the attempts up);
 3. kills the agent's whole process group when the attempt passes its wall-clock limit, its token
@@ -32,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from lanes_es.adapters.processes import kill_group, start_group
+from lanes_es.adapters.processes import kill_group, start_tied_group
 from lanes_es.domain.events import ExecutorUsage
 from lanes_es.executors import agent_named
 
@@ -109,7 +111,7 @@ class Attempt:
         self.out.write(f"--- lanes-es: {self.spec.agent} attempt in {self.spec.lane}\n".encode())
         self.out.flush()
         try:
-            process = start_group(self.spec.argv, cwd=self.spec.lane, env=environment, stdin=subprocess.DEVNULL,
+            process = start_tied_group(self.spec.argv, cwd=self.spec.lane, env=environment, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=None)
         except OSError as error:
             self.reader.note_error(f"{self.spec.argv[0]} could not start: {error.strerror or error}")

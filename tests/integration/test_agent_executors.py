@@ -158,6 +158,13 @@ def attempt_events(repo: str, batch_id: str, task: str) -> list[Any]:
             if type(event).__name__.startswith("ExecutorRun") and event.task_id == task]
 
 
+def gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def test_an_attempt_past_its_timeout_is_killed_recorded_and_named_in_the_summary(repo, tmp_path):
     env = scenario_of(tmp_path, [{"sleep": 60, "tokens_in": 10, "child": True}])
     done = lanes_es("--root", repo, "run", SLUG, "--max-parallel", "2", "--lanes-dir", str(tmp_path / "lanes"),
@@ -210,6 +217,11 @@ def test_an_attempt_lost_with_its_autopilot_is_recorded_lost_and_retried(repo, t
         time.sleep(0.05)
     os.killpg(first.pid, signal.SIGKILL)  # the autopilot and the attempt's process with it (a closed terminal)
     first.wait()
+    agent = calls(tmp_path, "greet")[0]["pid"]  # its own session: the kernel's parent-death signal ends it
+    deadline = time.monotonic() + 30
+    while not gone(agent) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(agent), "the agent outlived the attempt process that watched it"
     again = lanes_es(*args, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "recorded how the last attempt of greet, started by an earlier run, ended" in again.stdout

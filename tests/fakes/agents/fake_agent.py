@@ -57,7 +57,7 @@ def play(agent: str, argv: list[str], workdir: str, prompt: str, flags: dict[str
     step = dict(steps[min(attempt, len(steps)) - 1] if steps else plan.get("default", {}))
     with log.open("a") as handle:
         handle.write(json.dumps({
-            "agent": agent, "attempt": attempt, "argv": argv, "cwd": os.getcwd(), "workdir": workdir,
+            "agent": agent, "attempt": attempt, "pid": os.getpid(), "argv": argv, "cwd": os.getcwd(), "workdir": workdir,
             "prompt": prompt, "flags": flags, "stdin": stdin_state(), "pgid_is_own": os.getpgid(0) == os.getpid(),
             "env": {name: value for name, value in os.environ.items()
                     if name.startswith(("LANES_ES_", "FAKE_", "GIT_", "OPENCODE_")) or name in ("TMPDIR", "HOME")},
