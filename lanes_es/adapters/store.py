@@ -477,12 +477,17 @@ class EventStore:
 
     def batch_ids(self) -> list[str]:
         """Every batch of every repository sharing the store."""
-        ids: list[str] = []
+        return list(self.batch_authorizations())
+
+    def batch_authorizations(self) -> dict[str, ev.BatchAuthorized]:
+        """Every batch of every repository sharing the store, with its newest authorization (which names the
+        checkout and repository coordinating it), in the order their Initiatives were registered."""
+        found: dict[str, ev.BatchAuthorized] = {}
         for aggregate_id in self.initiative_ids():
             initiative = self._aggregate(aggregate_id)
-            if initiative is not None:
-                ids.extend(initiative.batch_ids())
-        return ids
+            for authorization in initiative.authorizations if initiative is not None else []:
+                found[authorization.batch_id] = authorization  # a batch keeps its place, its newest authorization
+        return found
 
     # ------------------------------------------------------------ the batch lock
 

@@ -1,5 +1,6 @@
 """`lanes-es batches` (the read model: every batch of every repository sharing the store) and
-`lanes-es rebuild --all` (every batch's projections and the read model, with a progress bar).
+`lanes-es rebuild --all` (the projections of every batch this checkout coordinates and the read model, with a
+progress bar).
 
 The progress bar is rich's (`rich.progress`): drawn on stderr only when it is a terminal.
 """
@@ -93,11 +94,16 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
 
 
 def rebuild_all(deps: Any, check: bool, out: Any = None) -> int:
-    """Every batch's projections and the read model against the log; exit 1 when anything drifted."""
+    """This checkout's batches' projections and the read model against the log; exit 1 when anything drifted.
+    A shared store's other batches have their projections in the checkouts coordinating them: neither judged
+    nor written here."""
     from lanes_es.usecases.rebuild import rebuild
 
     out = out or sys.stdout
-    batch_ids = deps.store.batch_ids()
+    batch_ids, elsewhere = _batches_here(deps)
+    if elsewhere:
+        out.write(f"{elsewhere} batch(es) of other checkouts sharing the store left to them (`lanes-es rebuild --all` "
+                  f"in each)\n")
     drifted = False
     with progress_bar("projections") as update:
         for done, batch_id in enumerate(batch_ids, start=1):
@@ -112,6 +118,16 @@ def rebuild_all(deps: Any, check: bool, out: Any = None) -> int:
     if deps.store.url != "memory:":
         drifted = _read_model_drift(deps.store, check, out) or drifted
     return EXIT_DRIFT if drifted else 0
+
+
+def _batches_here(deps: Any) -> tuple[list[str], int]:
+    """The ids of the batches coordinated from this checkout, and how many others the store holds."""
+    from lanes_es.domain.drift import coordinated_here
+
+    here, shared = deps.repository_opened(), deps.store_is_shared()
+    found = deps.store.batch_authorizations()
+    own = [batch_id for batch_id, authorization in found.items() if coordinated_here(authorization, here, shared)]
+    return own, len(found) - len(own)
 
 
 def _read_model_drift(store: Any, check: bool, out: Any) -> bool:

@@ -654,8 +654,9 @@ def _add_rebuild(commands: Any) -> None:
         description="Recompute every projection of a batch from its event log. With --check nothing is written and "
                     "the exit code is 1 on any byte of drift.")
     command.add_argument("batch_id", metavar="BATCH", nargs="?", help=BATCH_HELP)
-    command.add_argument("--all", action="store_true", help="every batch in the store, and the read model of "
-                         "`lanes-es batches` (a progress bar on a terminal); exit 1 when anything had drifted")
+    command.add_argument("--all", action="store_true", help="every batch this checkout coordinates (a shared "
+                         "store's other batches are left to their checkouts), and the read model of `lanes-es batches` "
+                         "(a progress bar on a terminal); exit 1 when anything had drifted")
     command.add_argument("--check", action="store_true", help="write nothing; exit 1 on drift")
     command.add_argument("--from-export", default=None, metavar="FILE", help="rebuild from an exported log")
     command.set_defaults(func=_rebuild)

@@ -97,6 +97,13 @@ def decide_repository(recorded: RepositoryIdentity | None, here: RepositoryIdent
                                      f"confirmed in ({recorded.describe()})")
 
 
+def coordinated_here(authorization: Any, here: RepositoryIdentity, shared_store: bool) -> bool:
+    """Whether the batch `authorization` (its newest) confirmed is coordinated from `here`: the one question
+    that decides which batches are this checkout's (`rebuild --all` judges and writes only those; a tick and
+    retire refuse the others through `decide_repository`). On the checkout's own store every batch is."""
+    return decide_repository(RepositoryIdentity.of_authorization(authorization), here, shared_store) is None
+
+
 def _same_repository(recorded: RepositoryIdentity, here: RepositoryIdentity) -> bool:
     if recorded.checkout != here.checkout:
         return False

@@ -5,8 +5,10 @@ follows the notification log, keeps its position with its rows, waits for gaps, 
 from __future__ import annotations
 
 import json
-import pytest
 import threading
+from pathlib import Path
+
+import pytest
 
 
 from lanes_es.adapters.read_model import APPLICATION, ReadModel
@@ -92,6 +94,34 @@ def test_rebuild_all_finds_and_repairs_drift_in_the_read_model(tmp_path, store_u
     assert main(["--root", alpha.root, "--store", store_url, "rebuild", "--all"]) == 0
     assert "read model: 1 batch line(s), no drift" in capsys.readouterr().out
     assert [line["batch_state"] for line in batches(alpha.root, store_url, capsys=capsys)] == ["running"]
+
+
+def test_rebuild_all_judges_and_writes_only_this_checkouts_batches_on_a_shared_store(tmp_path, store_url):
+    """Two clones share the store: each one's `rebuild --all [--check]`, through the real command line, judges
+    and writes its own batch only; the other's projections live in the other checkout (on main, the other
+    batch's files were "missing" here, exit 1, and `rebuild --all` wrote them into this checkout)."""
+    from tests.integration.test_user_errors import lanes
+
+    alpha, beta = two_repositories(tmp_path, store_url)
+    ids = {}
+    for engine in (alpha, beta):
+        ids[engine.root] = engine.authorize()
+        engine.tick()
+    state = Path(alpha.root) / ".imm" / "state" / "batches"
+    written_before = sorted(path.name for path in state.iterdir())
+
+    for engine, other in ((alpha, beta), (beta, alpha)):
+        checked = lanes(engine.root, "rebuild", "--all", "--check")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert f"{ids[engine.root]}: no drift" in checked.stdout and ids[other.root] not in checked.stdout
+        assert "1 batch(es) of other checkouts sharing the store left to them" in checked.stdout
+        assert "read model: 2 batch line(s), no drift" in checked.stdout  # the read model is the store's, whole
+    engine_state = alpha.state_file()
+    engine_state.unlink()
+    rebuilt = lanes(alpha.root, "rebuild", "--all")
+    assert rebuilt.returncode == 1 and f"{ids[alpha.root]}: rewrote " in rebuilt.stdout, rebuilt.stdout  # it had drifted
+    assert ids[beta.root] not in rebuilt.stdout and engine_state.exists()
+    assert sorted(path.name for path in state.iterdir()) == written_before  # nothing of beta's here
 
 
 # ---------------------------------------------------------------- gaps in the notification ids
