@@ -64,3 +64,49 @@ def usage_text(tokens_in: int | None, tokens_out: int | None, cost: float | None
     if cost is not None:
         parts.append(f"${cost:.4f}")
     return f", {', '.join(parts)}" if parts else ""
+
+
+# ---------------------------------------------------------------- budgets: spent and left
+
+
+def budget_json(runs: ExecutorRuns, budgets: ev.ExecutorBudgets | None, task_ids: list[str]) -> dict[str, Any]:
+    """The Executor budgets, and per Lane and for the Initiative what was spent and what is left (None: no bound)."""
+    from lanes_es.domain.executor_budget import amounts, left
+
+    budgets = budgets or ev.ExecutorBudgets()
+
+    def account(budget: ev.ExecutorBudget, spent: Any) -> dict[str, Any]:
+        return {"spent": amounts(spent), "left": left(budget, spent)}
+
+    return {"lane": budgets.lane.plain(), "initiative": budgets.initiative.plain(),
+            "lanes": {task_id: account(budgets.lane, runs.spent(task_id)) for task_id in task_ids},
+            "all_lanes": account(budgets.initiative, runs.spent_in_all()),
+            "stopped": {task_id: {"scope": event.scope, "measure": event.measure, "detail": event.detail}
+                        for task_id, event in runs.exhausted.items()}}
+
+
+def budget_lines(runs: ExecutorRuns, budgets: ev.ExecutorBudgets | None, task_ids: list[str]) -> list[str]:
+    """`status`'s lines: each Lane's and the Initiative's spent and left, and the tasks stopped for a budget."""
+    from lanes_es.domain.executor_budget import budgets_text, is_set
+
+    if not is_set(budgets) and not runs.exhausted:
+        return []
+    assert budgets is not None or runs.exhausted
+    budgets = budgets or ev.ExecutorBudgets()
+    lines = [f"executor budget: {budgets_text(budgets)}"]
+    for task_id in task_ids:
+        lines.append(f"  {task_id}: {account_text(budgets.lane, runs.spent(task_id))}")
+    lines.append(f"  the Initiative (all Lanes): {account_text(budgets.initiative, runs.spent_in_all())}")
+    for task_id, event in runs.exhausted.items():
+        lines.append(f"  {task_id} was stopped: {event.detail}")
+    return lines
+
+
+def account_text(budget: ev.ExecutorBudget, spent: Any) -> str:
+    """`spent 2 attempts, 41s, 3300 tokens, $0.15; left 1 attempt, $0.85` (left: of the bounded measures)."""
+    from lanes_es.domain.executor_budget import MEASURES, amount_text, amounts, left
+
+    have, remaining = amounts(spent), left(budget, spent)
+    spent_text = ", ".join(amount_text(measure, have[measure]) for measure in MEASURES)
+    bounded = [amount_text(measure, value) for measure in MEASURES if (value := remaining[measure]) is not None]
+    return f"spent {spent_text}" + (f"; left {', '.join(bounded)}" if bounded else "")

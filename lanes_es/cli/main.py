@@ -323,6 +323,7 @@ def _add_authorize(commands: Any) -> None:
     command.add_argument("--delegate-revisions", action="store_true",
                          help="let the coordinator approve in-bounds breaking Intent revisions in a Lane (docs/upstream.md#delegated-intent-revisions)")
     add_integration_options(command)
+    add_budget_options(command)
     command.add_argument("--yes", action="store_true", help="confirm without asking (you are the literal user)")
     command.add_argument("--json", action="store_true", help="print the batch id and the confirmation facts as JSON")
     command.set_defaults(func=_authorize)
@@ -339,6 +340,57 @@ def add_integration_options(command: Any) -> None:
     command.add_argument("--flake-reruns", type=int, choices=range(0, 6), default=None, metavar="N",
                          help="flake policy: a check that failed on a candidate runs again up to N times (0 to 5; "
                               "default 0), only when it existed unchanged before the Lane; see `lanes-es flakes`")
+
+
+BUDGET_HELP = {
+    "attempts": "Executor attempts",
+    "wall": "wall-clock time of the Executor attempts, added up: seconds (900) or 45m, 2h, 1h30m",
+    "tokens": "tokens (in and out) the agents report",
+    "usd": "dollars the agents report they cost (claude-code and opencode report it, codex does not)",
+}
+
+
+def add_budget_options(command: Any) -> None:
+    """The Executor budgets a confirmation records (lanes_es/domain/executor_budget.py): per Lane, and for the
+    Initiative (all its Lanes in the batch together). A new confirmation keeps those not given again."""
+    from lanes_es.domain.executor_budget import INITIATIVE, LANE, MEASURES, PARSERS, option
+
+    group = command.add_argument_group(
+        "Executor budgets", "What a named agent's attempts may spend, recorded with the confirmation; a fresh "
+        "confirmation keeps the budgets not given again. An attempt gets what is left as its limits (claude-code: "
+        "--max-budget-usd) and is killed when it passes them; a task whose budget is spent is stopped and parks. "
+        "A --executor CMD is bounded by attempts only. `none` clears a budget. See the how-to 'agent-executor'.")
+    for scope in (LANE, INITIATIVE):
+        for measure in MEASURES:
+            name = option(scope, measure)
+            key = name.removeprefix(f"--{scope}-budget-")
+            whose = "each Lane's" if scope == LANE else "the Initiative's (all its Lanes together)"
+            group.add_argument(name, type=_budget_type(PARSERS[measure]), default=None,
+                               metavar="DURATION" if measure == "wall" else "USD" if measure == "cost" else "N",
+                               dest=f"budget_{scope}_{measure}", help=f"{whose} budget of {BUDGET_HELP[key]}")
+
+
+def _budget_type(parse: Any) -> Any:
+    def convert(text: str) -> Any:
+        from lanes_es.domain.executor_budget import InvalidBudget
+
+        if text.strip().lower() == "none":
+            return "none"  # clears a budget a confirmation recorded
+        try:
+            return parse(text)
+        except InvalidBudget as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return convert
+
+
+def budgets_given(args: argparse.Namespace) -> dict[tuple[str, str], float] | None:
+    """The budget options given, (scope, measure) -> limit; None when none was."""
+    from lanes_es.domain.executor_budget import INITIATIVE, LANE, MEASURES
+
+    given = {(scope, measure): None if value == "none" else value for scope in (LANE, INITIATIVE)
+             for measure in MEASURES if (value := getattr(args, f"budget_{scope}_{measure}", None)) is not None}
+    return given or None
 
 
 def positive_int(text: str) -> int:
@@ -361,7 +413,8 @@ def batch_options(args: argparse.Namespace) -> Any:
     return BatchOptions(max_parallel=args.max_parallel, max_children=getattr(args, "max_children", None),
                         qa_failure_limit=getattr(args, "qa_failure_limit", None), final_verification=final,
                         delegate_revisions=args.delegate_revisions, integration=args.integration,
-                        verify_workers=args.verify_workers, flake_reruns=args.flake_reruns)
+                        verify_workers=args.verify_workers, flake_reruns=args.flake_reruns,
+                        executor_budget=budgets_given(args))
 
 
 def _authorize(args: argparse.Namespace) -> int:
@@ -589,16 +642,20 @@ def _status(args: argparse.Namespace) -> int:
                                                        f"({len(f['children'])} children, max_parallel "
                                                        f"{f['max_parallel']})\nnext: {f['next_action']}")
         return EXIT_OK
-    from lanes_es.projections.attempts import attempts_json, attempts_lines
+    from lanes_es.projections.attempts import attempts_json, attempts_lines, budget_json, budget_lines
 
     record = batch.record
     runs = batch.executor_runs
+    task_ids = [child["task_id"] for child in record["children"]]
     report = batch.report if batch.report and batch.report.get("batch_state") == record["batch_state"] else None
     # the written report, when it is the record's state: it says why the batch stopped and the final verification's
     # result; otherwise the record (a running batch)
     text = report or {**record, "reason": None, "handoffs": []}
     shown = {**record, "executor_attempts": attempts_json(runs)} if runs.attempts and args.json else record
-    _print(shown, args.json, lambda r: "\n".join([report_text(text), integration_text(batch), *attempts_lines(runs)])
+    if args.json and (found.executor_budget is not None or runs.exhausted):
+        shown = {**shown, "executor_budget": budget_json(runs, found.executor_budget, task_ids)}
+    _print(shown, args.json, lambda r: "\n".join([report_text(text), integration_text(batch), *attempts_lines(runs),
+                                                  *budget_lines(runs, found.executor_budget, task_ids)])
            + failures_text(batch))
     return EXIT_OK
 

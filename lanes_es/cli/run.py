@@ -84,9 +84,10 @@ def register(commands: Any) -> None:
     command.add_argument("--wait", type=_seconds_up_to(86400, zero=True), default=0.0, metavar="SECONDS",
                          help="when another autopilot runs this Initiative, wait up to SECONDS for it to end "
                               "(default: refuse at once, naming it)")
-    from lanes_es.cli.main import add_integration_options
+    from lanes_es.cli.main import add_budget_options, add_integration_options
 
     add_integration_options(command)  # with a new confirmation
+    add_budget_options(command)
     command.add_argument("--poll", type=_seconds_up_to(60), default=1.0, metavar="SECONDS",
                          help="how often to look at the running Executors (default 1)")
     command.set_defaults(func=_run)
@@ -120,7 +121,9 @@ def _run(args: argparse.Namespace) -> int:
         argv[0] = os.path.abspath(argv[0])
     lanes_dir = os.path.abspath(args.lanes_dir)
     refuse_unusable_run(argv, Path(lanes_dir))
-    options = AutopilotOptions(batch=batch_options(args), lanes_dir=lanes_dir, executor=argv, yes=args.yes,
+    options = batch_options(args)
+    refuse_unbounded(argv, options.executor_budget)
+    options = AutopilotOptions(batch=options, lanes_dir=lanes_dir, executor=argv, yes=args.yes,
                                poll=args.poll, wait=args.wait, json_lines=args.json,
                                attempt_seconds=args.executor_timeout)
     return run_autopilot(deps_of(args), args.slug, options)
@@ -163,6 +166,18 @@ def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
                                                 f", so no Lane can be made there; name a directory you can write, "
                                                 f"or fix its owner or mode (chmod u+w {existing})")
     _probe_lanes_dir(lanes_dir.absolute(), existing)
+
+
+def refuse_unbounded(argv: list[str], given: dict[tuple[str, str], float] | None) -> None:
+    """A budget the Executor cannot be held to is refused before anything is confirmed."""
+    if not given:
+        return
+    from lanes_es.domain.executor_budget import with_values
+    from lanes_es.executors import agent_named
+    from lanes_es.steward.run import refuse_unbounded_budgets
+
+    agent = agent_named(argv[0]) if len(argv) == 1 else None
+    refuse_unbounded_budgets(with_values(None, given), agent)
 
 
 def _probe_lanes_dir(lanes_dir: Path, existing: Path) -> None:

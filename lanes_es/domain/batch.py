@@ -355,6 +355,17 @@ class LaneBatch(ChainedAggregate):
         self.trigger_event(ev.ExecutorRunKilled, at=at, task_id=task_id, attempt=attempt, reason=reason,
                            detail=detail, duration_ms=duration_ms, usage=usage)
 
+    def exhaust_executor_budget(self, at: str, task_id: str, scope: str, measure: str, limit: float, spent: float,
+                                detail: str) -> None:
+        """A task whose next attempt would start over a budget: recorded once, with no attempt under way."""
+        self._require_known_child(task_id)
+        if self.executor_runs.open_attempt(task_id) is not None:
+            raise TransitionRefused(f"{task_id} has an Executor attempt under way")
+        if task_id in self.executor_runs.exhausted:
+            raise TransitionRefused(f"{task_id} was already stopped for its Executor budget")
+        self.trigger_event(ev.ExecutorBudgetExhausted, at=at, task_id=task_id, scope=scope, measure=measure,
+                           limit=limit, spent=spent, detail=detail)
+
     def _require_known_child(self, task_id: str) -> None:
         try:
             self.child(task_id)

@@ -207,6 +207,24 @@ Handoff = Union[ProvisionHandoff, ReleaseHandoff, CoordinatorHandoff, ExecutorHa
 
 
 
+class ExecutorBudget(Payload, frozen=True, kw_only=True):
+    """What Executor attempts may take in all (None: no bound on that measure): how many attempts, their
+    wall-clock seconds added up, tokens (in and out, as the agents report them) and dollars."""
+
+    attempts: int | None = None
+    wall_seconds: int | None = None
+    tokens: int | None = None
+    cost_usd: float | None = None
+
+
+class ExecutorBudgets(Payload, frozen=True, kw_only=True):
+    """The budgets a confirmation sets (lanes_es/domain/executor_budget.py): each Lane's attempts, and the
+    attempts of all the batch's Lanes together (the Initiative's)."""
+
+    lane: ExecutorBudget = ExecutorBudget()
+    initiative: ExecutorBudget = ExecutorBudget()
+
+
 class ExecutorUsage(Payload, frozen=True, kw_only=True):
     """What an Executor attempt reported of itself; None where its agent reports no such thing.
 
@@ -603,9 +621,24 @@ class ExecutorRunKilled(Event, frozen=True, kw_only=True):
     usage: ExecutorUsage = ExecutorUsage()
 
 
+class ExecutorBudgetExhausted(Event, frozen=True, kw_only=True):
+    """Audit only: a task's next Executor attempt would start over a budget, so none starts: the autopilot
+    stops the task (as `lanes-es task stop` does), and the next tick parks it. `scope` is the budget's (lane:
+    the task's own; initiative: all the batch's Lanes together), `measure` what ran out (attempts, wall,
+    tokens, cost) with its `limit` and what was `spent`; `detail` says so and how to raise it."""
+
+    task_id: str
+    scope: str
+    measure: str
+    limit: float
+    spent: float
+    detail: str
+
+
 AUDIT_ONLY: tuple[type[Event], ...] = (OffersRefused, TickRejected, ProjectionDriftRepaired, CandidateBuilt,
                                        CandidateVerified, CandidateDiscarded, IntegrationFellBack,
                                        ExecutorRunStarted, ExecutorRunFinished, ExecutorRunKilled,
+                                       ExecutorBudgetExhausted,
                                        CandidateCancelled, CheckVerdictReused, IntegrationModeChosen)
 
 # The card's eight transitions, by the names users search the log for.
@@ -635,9 +668,10 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
     store shared by several repositories can say where each batch runs (None before v2).
     v3 adds `repository_id`, the id of the repository (clone) that gave it (lanes_es/domain/initiative.py):
     it claims an Initiative keyed by slug alone for that repository (None before v3).
+    v4 adds `executor_budget`, the Executor budgets the user set (None before v4: no budget).
     """
 
-    class_version = 3
+    class_version = 4
 
     batch_id: str
     plan_digest: str
@@ -657,6 +691,7 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
     flake_reruns: int | None = None  # a failed pre-existing check on a candidate may run again this often
     repository: str | None = None
     repository_id: str | None = None
+    executor_budget: ExecutorBudgets | None = None
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -665,6 +700,10 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
     @staticmethod
     def upcast_v2_v3(state: dict[str, Any]) -> None:
         state["repository_id"] = None
+
+    @staticmethod
+    def upcast_v3_v4(state: dict[str, Any]) -> None:
+        state["executor_budget"] = None
 
 
 class BatchRetired(Event, frozen=True, kw_only=True):
@@ -679,5 +718,5 @@ ALL_EVENTS: tuple[type, ...] = (
     ProjectionDriftRepaired, InitiativeRegistered, BatchAuthorized, BatchRetired,
     CandidateBuilt, CandidateVerified, CandidateDiscarded, IntegrationFellBack,
     ExecutorRunStarted, ExecutorRunFinished, ExecutorRunKilled, CandidateCancelled, CheckVerdictReused,
-    IntegrationModeChosen,
+    IntegrationModeChosen, ExecutorBudgetExhausted,
 )

@@ -1,7 +1,7 @@
 """The Executor attempts of a batch, folded from its log: who ran, how long, what it spent.
 
-Pure. The aggregate folds every ExecutorRun event (and each InterventionRecorded, whose text the
-next attempt of its task is given) into an `ExecutorRuns`; the autopilot reads from it the next
+Pure. The aggregate folds every ExecutorRun event (each InterventionRecorded, whose text the next attempt
+of its task is given, and each ExecutorBudgetExhausted) into an `ExecutorRuns`; the autopilot reads from it the next
 attempt's number, the corrections not yet handed to an attempt, and what each Lane has spent, and
 a settling batch records each task's totals in its report's extras (in the log only).
 """
@@ -51,6 +51,8 @@ class ExecutorRuns:
     attempts: dict[str, list[Attempt]] = field(default_factory=dict)
     # Interventions (corrections, instructions) recorded since the task's latest attempt started.
     undelivered: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    # The tasks stopped because a budget was spent (lanes_es/domain/executor_budget.py), with why.
+    exhausted: dict[str, ev.ExecutorBudgetExhausted] = field(default_factory=dict)
 
     def fold(self, event: Any) -> None:
         kind = type(event)
@@ -61,6 +63,8 @@ class ExecutorRuns:
             self.attempts[event.task_id][event.attempt - 1].ended = event
         elif kind is ev.InterventionRecorded:
             self.undelivered.setdefault(event.task_id, []).append((event.kind, event.text))
+        elif kind is ev.ExecutorBudgetExhausted:
+            self.exhausted[event.task_id] = event
 
     # ------------------------------------------------------------ reading
 

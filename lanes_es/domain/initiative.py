@@ -77,7 +77,8 @@ class Initiative(ChainedAggregate):
                   budget: ev.Budget, max_parallel: int, children: list[ev.PlanChild], confirmation_ref: str,
                   final_verification: list[str] | None, delegate_revisions: bool, resumes: bool,
                   repository: str | None = None, repository_id: str | None = None, integration: str | None = None,
-                  verify_workers: int | None = None, flake_reruns: int | None = None) -> None:
+                  verify_workers: int | None = None, flake_reruns: int | None = None,
+                  executor_budget: ev.ExecutorBudgets | None = None) -> None:
         if not children:
             raise TransitionRefused("batch plan has no enrollable children; nothing to confirm")
         previous = self.authorizations[-1].confirmation_time if self.authorizations else ""
@@ -89,7 +90,7 @@ class Initiative(ChainedAggregate):
             confirmation_ref=confirmation_ref, final_verification=final_verification,
             delegate_revisions=delegate_revisions, resumes=resumes, repository=repository, repository_id=repository_id,
             integration=integration,
-            verify_workers=verify_workers, flake_reruns=flake_reruns or None,
+            verify_workers=verify_workers, flake_reruns=flake_reruns or None, executor_budget=executor_budget,
         )
 
     def retire(self, *, at: str, batch_id: str) -> None:

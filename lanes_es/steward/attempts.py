@@ -1,9 +1,12 @@
 """The autopilot's Executor attempts in the batch's log: each recorded before it starts and when it ends.
 
-- `start`: the attempt's number follows the task's last one in the log; for a named agent its
-  assignment is read (the intent, the Lane's latest QA findings, the corrections recorded since
-  its last attempt); ExecutorRunStarted is recorded, then the process starts. A batch that is busy
-  (another tick holds its lock) starts nothing this round.
+- `start`: the attempt's number follows the task's last one in the log; an attempt that would start
+  over the Lane's or the Initiative's budget does not start (lanes_es/domain/executor_budget.py:
+  the budget that is spent is returned), else it is given what is left of them as its limits; for a
+  named agent its assignment is read (the intent, the Lane's latest QA findings, the corrections
+  recorded since its last attempt); ExecutorRunStarted is recorded, then the process starts. A batch
+  that is busy (another tick holds its lock) starts nothing this round.
+- `exhaust`: a task whose budget is spent: ExecutorBudgetExhausted, once.
 - `end`: ExecutorRunFinished, or ExecutorRunKilled with why, from the attempt's result file.
 - `settle_open`: an attempt the log holds as under way with no process of this autopilot on it (the
   autopilot that started it was killed) is recorded from the result file it left, or as lost.
@@ -18,6 +21,8 @@ from typing import Any, Callable
 from lanes_es.adapters.store import StoreConflict, StoreOutage
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
+from lanes_es.domain.executor_budget import Exhausted, decide_start
+from lanes_es.domain.executor_runs import Spent
 from lanes_es.executors.attempt import AttemptResult
 from lanes_es.executors.prompt import Assignment
 from lanes_es.steward.executors import Executors, ExecutorUnavailable, Finished, Running, lanes_es_command
@@ -33,33 +38,73 @@ class AttemptLog:
         self.record = record
         self.load = load
         self.unrecorded: list[tuple[str, str, int, AttemptResult | None]] = []  # (batch, task, attempt, result)
+        self.spent = Spent()  # what the batch's attempts spent, as the log held it when last read or written
 
     def start(self, batch_id: str, handoff: dict[str, Any], intent_text: str,
-              limits: ev.AttemptLimits | None = None) -> Running | None:
-        """Record the attempt, then start it; None when the batch is busy or the store out (nothing started,
-        nothing written: a later round starts it)."""
-        try:
-            batch = self.load(batch_id)
-        except StoreOutage:
-            return None
+              budgets: ev.ExecutorBudgets | None = None, live: Spent = Spent()) -> Running | Exhausted | None:
+        """Record the attempt, then start it; the budget that is spent when it would start over one (nothing
+        started); None when the batch is busy or the store out (nothing started, nothing written: a later round
+        starts it). `live`: what the attempts running now spent beyond what the log holds."""
+        batch = self.read(batch_id)
         if batch is None:
             return None
         task_id = handoff["task_id"]
-        attempt = batch.executor_runs.next_attempt(task_id)
+        runs = batch.executor_runs
+        decision = decide_start(budgets, runs.spent(task_id), runs.spent_in_all() + live,
+                                self.executors.attempt_seconds)
+        if isinstance(decision, Exhausted):
+            return decision
+        attempt = runs.next_attempt(task_id)
         assignment = assignment_for(handoff, batch, intent_text, attempt) if self.executors.agent else None
-        launch = self.executors.prepare(handoff, intent_text, attempt, assignment, limits)
+        launch = self.executors.prepare(handoff, intent_text, attempt, assignment, decision.limits,
+                                        decision.wall_detail)
         try:
-            self.record(batch_id, lambda live, now: live.start_executor_run(
+            batch = self.record(batch_id, lambda live, now: live.start_executor_run(
                 now, task_id, attempt, launch.adapter, launch.recorded_argv, launch.obligation,
                 launch.prompt_sha256, launch.limits))
         except (StoreConflict, StoreOutage):
             return None
+        self.spent = batch.executor_runs.spent_in_all()
         try:
             return self.executors.launch(launch)
         except ExecutorUnavailable as error:
             self.write_down(batch_id, task_id, attempt, AttemptResult(
                 exit_code=127, duration_ms=0, usage=ev.ExecutorUsage(agent_error=None, error=str(error)[:500])))
             raise
+
+    def over_budget(self, batch_id: str, task_id: str, budgets: ev.ExecutorBudgets | None,
+                    live: Spent = Spent()) -> Exhausted | None:
+        """The budget that keeps the task's next attempt from starting, None when it could start (or the batch
+        cannot be read now)."""
+        batch = self.read(batch_id)
+        if batch is None:
+            return None
+        runs = batch.executor_runs
+        decision = decide_start(budgets, runs.spent(task_id), runs.spent_in_all() + live,
+                                self.executors.attempt_seconds)
+        return decision if isinstance(decision, Exhausted) else None
+
+    def read(self, batch_id: str) -> LaneBatch | None:
+        try:
+            batch = self.load(batch_id)
+        except StoreOutage:
+            return None
+        if batch is not None:
+            self.spent = batch.executor_runs.spent_in_all()
+        return batch
+
+    def exhaust(self, batch_id: str, task_id: str, spent: Exhausted, detail: str) -> bool:
+        """Record that `task_id` is stopped for `spent` (once: a task recorded already is left); False when the
+        batch is busy or the store out (a later round tries again)."""
+        def change(live: LaneBatch, now: str) -> None:
+            if task_id not in live.executor_runs.exhausted:
+                live.exhaust_executor_budget(now, task_id, spent.scope, spent.measure, spent.limit, spent.spent,
+                                             detail)
+        try:
+            self.record(batch_id, change)
+        except (StoreConflict, StoreOutage):
+            return False
+        return True
 
     def end(self, batch_id: str, finished: Finished) -> None:
         if finished.attempt >= 1:
@@ -75,9 +120,10 @@ class AttemptLog:
         while self.unrecorded:
             batch_id, task_id, attempt, result = self.unrecorded[0]
             try:
-                self.record(batch_id, lambda live, now: record_end(live, now, task_id, attempt, result))
+                batch = self.record(batch_id, lambda live, now: record_end(live, now, task_id, attempt, result))
             except (StoreConflict, StoreOutage):
                 return
+            self.spent = batch.executor_runs.spent_in_all()
             self.unrecorded.pop(0)
 
     def settle_open(self, batch_id: str) -> list[str]:

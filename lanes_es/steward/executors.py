@@ -27,6 +27,7 @@ from lanes_es.adapters.files import read_capped_text
 from lanes_es.adapters.processes import process_alive
 from lanes_es.domain.jstext import parse_json
 from lanes_es.domain.events import AttemptLimits, ExecutorUsage
+from lanes_es.domain.executor_runs import Spent
 from lanes_es.executors.agent import Agent
 from lanes_es.executors.attempt import AttemptResult, AttemptSpec, StopRequest, write_atomically
 from lanes_es.executors.environment import argv_for_the_record, executor_environment
@@ -163,7 +164,10 @@ class Executors:
         return self.launch(self.prepare(handoff, intent_text, attempt, assignment, limits))
 
     def prepare(self, handoff: dict[str, Any], intent_text: str, attempt: int,
-                assignment: Assignment | None = None, limits: AttemptLimits | None = None) -> Launch:
+                assignment: Assignment | None = None, limits: AttemptLimits | None = None,
+                wall_detail: str | None = None) -> Launch:
+        """What to launch; `wall_detail`, when a budget bounds the attempt's wall clock, is why its kill at the
+        timeout is a budget stop."""
         task_id, lane = handoff["task_id"], handoff["lane_path"]
         contract = {"LANES_ES_TASK_ID": task_id, "LANES_ES_LANE_PATH": lane, "LANES_ES_INTENT": intent_text,
                     "LANES_ES_NEXT_OBLIGATION": handoff.get("next_obligation") or ""}
@@ -179,6 +183,7 @@ class Executors:
         digest = prompt_digest(prompt)
         agent_argv = self.agent.argv(self.argv[0], lane, prompt, limits)
         spec = AttemptSpec(agent=self.agent.name, argv=agent_argv, lane=lane, timeout_seconds=limits.timeout_seconds,
+                           timeout_reason="budget" if wall_detail else "timeout", timeout_detail=wall_detail or "",
                            max_tokens=limits.tokens, max_cost_usd=limits.cost_usd, tmpdir=str(Path(lane) / ".imm" / "state" / "executor-tmp"),
                            result_path=str(self.result_path(task_id, attempt)),
                            progress_path=str(self.progress_path(task_id)), stop_path=str(self.stop_path(task_id)),
@@ -233,6 +238,17 @@ class Executors:
             return msgspec.json.decode(self.progress_path(task_id).read_bytes(), type=ExecutorUsage)
         except (OSError, msgspec.DecodeError):
             return ExecutorUsage()
+
+    def live_spent(self) -> Spent:
+        """What the running attempts have spent so far, beyond what the log holds of them (each counted as an
+        attempt when it started): their wall-clock time, and the tokens and dollars their agents reported."""
+        total = Spent()
+        now = time.time()
+        for task_id, running in self.running.items():
+            usage = self.live_usage(task_id) if running.adapter != COMMAND else ExecutorUsage()
+            total = total + Spent(0, int(max(now - running.started_at, 0) * 1000),
+                                  (usage.tokens_in or 0) + (usage.tokens_out or 0), usage.cost_usd or 0.0)
+        return total
 
     def _watch(self, process: subprocess.Popen[bytes]) -> None:
         process.wait()
@@ -326,6 +342,15 @@ class Executors:
                                duration_ms=int(round((time.time() - running.started_at) * 1000)))
         write_atomically(self.result_path(running.task_id, running.attempt), msgspec.json.encode(result))
         return result
+
+
+def executor_bounds(agent: Agent | None) -> frozenset[str]:
+    """The budget measures an Executor can be held to: a command (None) only by its number of attempts (it runs
+    without an attempt process and reports nothing); an agent by its wall clock and tokens too, and by dollars
+    when it reports what it cost."""
+    if agent is None:
+        return frozenset({"attempts"})
+    return frozenset({"attempts", "wall", "tokens", *(("cost",) if agent.reports_cost else ())})
 
 
 def lanes_es_command() -> list[str]:

@@ -18,6 +18,8 @@ import msgspec
 from lanes_es.adapters.batch_git import MAX_INTENT_BYTES
 from lanes_es.adapters.files import read_capped_text
 from lanes_es.adapters.store import StoreConflict, StoreOutage
+from lanes_es.domain import events as ev
+from lanes_es.domain.executor_budget import Exhausted, spent_while_running
 from lanes_es.domain.record import IN_FLIGHT
 from lanes_es.ports import GitFailure
 from lanes_es.steward.attempts import AttemptLog, ended_text
@@ -62,6 +64,9 @@ class Autopilot:
     anchor_told: str = ""  # why the last checkpoint was not written, as already told
     attempts: AttemptLog | None = None  # records each Executor attempt in the batch's log
     attempts_settled: bool = False
+    budgets: ev.ExecutorBudgets | None = None  # the Executor budgets of the batch's latest authorization
+    budget_stopped: set[str] = field(default_factory=set)  # tasks stopped for a budget
+    ended_for_budget: set[tuple[str, int]] = field(default_factory=set)  # (task, attempt) asked to end
 
     def run(self) -> int:
         offers: list[LaneOfferInput] = []
@@ -262,11 +267,21 @@ class Autopilot:
         self.attempts.flush()
 
     def start_executors(self, report: dict[str, Any]) -> None:
-        for handoff in report["handoffs"]:
-            if handoff["role"] != "executor" or not self.executors.should_start(handoff):
-                continue
+        waiting = [handoff for handoff in report["handoffs"] if handoff["role"] == "executor"
+                   and handoff["task_id"] not in self.budget_stopped and handoff["task_id"] not in self.executors.running]
+        handoffs = [handoff for handoff in waiting if self.executors.should_start(handoff)]
+        if not waiting:
+            return
+        current = self.through_outages(lambda: current_authorization(self.deps, self.slug))
+        self.budgets = current.executor_budget if current is not None else None
+        self.stop_idle_over_budget(report["batch_id"], [handoff for handoff in waiting if handoff not in handoffs])
+        for handoff in handoffs:
             assert self.attempts is not None
-            running = self.attempts.start(report["batch_id"], handoff, self.intent_text(handoff))
+            running = self.attempts.start(report["batch_id"], handoff, self.intent_text(handoff, current),
+                                          self.budgets, self.executors.live_spent())
+            if isinstance(running, Exhausted):
+                self.stop_for_budget(report["batch_id"], handoff, running)
+                continue
             if running is None:
                 continue  # the batch is busy: recorded and started on a later round
             self.tell("executor_started", f"executor: started for {handoff['task_id']} in {handoff['lane_path']} "
@@ -275,9 +290,57 @@ class Autopilot:
                       task_id=handoff["task_id"], pid=running.process.pid, path=handoff["lane_path"],
                       next_obligation=handoff.get("next_obligation"), attempt=running.attempt, adapter=running.adapter)
 
-    def intent_text(self, handoff: dict[str, Any]) -> str:
+    def stop_for_budget(self, batch_id: str, handoff: dict[str, Any], spent: Exhausted) -> None:
+        """A task whose next attempt would start over a budget: recorded, then stopped as `lanes-es task stop`
+        stops it (the next tick parks it), with a reason that names the budget and how to raise it."""
+        from lanes_es.adapters.kernel import ReferenceKernel
+        from lanes_es.ports import KernelError
+
+        assert self.attempts is not None
+        task_id, lane = handoff["task_id"], handoff["lane_path"]
+        detail = f"{spent.text()}; {spent.raise_text(self.slug)}"
+        if not self.attempts.exhaust(batch_id, task_id, spent, detail):
+            return  # the batch is busy: decided again on a later round
+        self.budget_stopped.add(task_id)
+        try:
+            ReferenceKernel().stop(lane, f"executor budget: {detail}", task_id=task_id)
+        except (KernelError, OSError) as error:  # stopped already (an earlier run), or the Lane is gone
+            self.tell("budget_stop_failed", f"executor: {task_id}'s task could not be stopped: {error}",
+                      task_id=task_id, reason=str(error))
+        self.tell("budget_exhausted", f"executor: {task_id} not started again: {spent.text()}; its task is stopped "
+                                      f"and parks", task_id=task_id, scope=spent.scope, measure=spent.measure,
+                  limit=spent.limit, spent=spent.spent)
+
+    def stop_idle_over_budget(self, batch_id: str, idle: list[dict[str, Any]]) -> None:
+        """A task that waits for work no attempt will start for (its last one ended without moving it, killed at
+        its limit for one) is stopped too once its budget is spent, rather than left waiting."""
+        if self.budgets is None or self.attempts is None:
+            return
+        for handoff in idle:
+            if self.executors.agent is not None and handoff.get("next_obligation") != "submit_assurance":
+                continue  # a Review is a person's, whatever the Executors spent
+            spent = self.attempts.over_budget(batch_id, handoff["task_id"], self.budgets, self.executors.live_spent())
+            if spent is not None:
+                self.stop_for_budget(batch_id, handoff, spent)
+
+    def end_over_budget(self) -> None:
+        """The Initiative's budget, with what the running attempts reported so far: once spent, every running
+        attempt is ended (each records why); a Lane's own attempt is bounded by the limits it started with."""
+        if self.attempts is None or not self.executors.running or self.budgets is None:
+            return
+        spent = spent_while_running(self.budgets, self.attempts.spent + self.executors.live_spent())
+        if spent is None:
+            return
+        for task_id, running in sorted(self.executors.running.items()):
+            if (task_id, running.attempt) in self.ended_for_budget:
+                continue
+            self.ended_for_budget.add((task_id, running.attempt))
+            self.executors.stop(task_id, "budget", f"the attempt was ended: {spent.text()}")
+            self.tell("budget_exhausted", f"executor: ending the attempt of {task_id}: {spent.text()}",
+                      task_id=task_id, scope=spent.scope, measure=spent.measure, limit=spent.limit, spent=spent.spent)
+
+    def intent_text(self, handoff: dict[str, Any], current: ev.BatchAuthorized | None) -> str:
         """The task's TaskIntent as its Lane holds it, at the path the plan recorded."""
-        current = self.through_outages(lambda: current_authorization(self.deps, self.slug))
         children = current.children if current else []
         relative = next((c.intent_path for c in children if c.task_id == handoff["task_id"] and c.intent_path),
                         f"docs/plans/{handoff['task_id']}.intent.json")
@@ -292,6 +355,7 @@ class Autopilot:
         while True:
             if self.tell_exits(self.executors.reap()):
                 return
+            self.end_over_budget()
             self.show()
             self.executors.wait_for_exit(self.poll)  # woken by an exit at once; the poll for adopted survivors
 

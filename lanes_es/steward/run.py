@@ -23,7 +23,7 @@ from lanes_es.steward.progress import Guarded, JsonProgress, LineProgress, Out, 
 from lanes_es.usecases.confirmation import BatchOptions
 from lanes_es.usecases.deps import Deps
 from lanes_es.usecases.gate import QUESTION, ask_on_terminal, authorization_needed, confirmation_text, pass_gate
-from lanes_es.usecases.load import active_batch
+from lanes_es.usecases.load import active_batch, current_authorization
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,7 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
     try:
         lease.take(options.wait, waiting_for)
         confirm_batch(deps, slug, options, note, ask)
+        refuse_unbounded_budgets(recorded_budgets(deps, slug), executors.agent)
         return autopilot.run()
     except ExecutorUnavailable as error:
         refuse("executor_unavailable", f"lanes-es run: {error}")
@@ -128,7 +129,7 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
 def confirm_batch(deps: Deps, slug: str, options: AutopilotOptions, out: Out,
                   ask: Callable[[str], str] | None) -> None:
     """The gate, when no authorization lets the batch run now: the facts told, the question put (or --yes)."""
-    if not authorization_needed(deps, slug):
+    if not authorization_needed(deps, slug) and not changes_budgets(deps, slug, options.batch):
         return
 
     def ask_here(confirmation: Any) -> Any:
@@ -137,6 +138,41 @@ def confirm_batch(deps: Deps, slug: str, options: AutopilotOptions, out: Out,
 
     confirmation, _ = pass_gate(deps, slug, options.batch, ask_here)
     out(f"confirmed {confirmation.batch_id} (max_parallel {confirmation.max_parallel})")
+
+
+def changes_budgets(deps: Deps, slug: str, options: BatchOptions) -> bool:
+    """Budgets given that differ from those recorded: a fresh confirmation records them (the gate asks)."""
+    from lanes_es.domain.executor_budget import with_values
+
+    if not options.executor_budget:
+        return False
+    recorded = recorded_budgets(deps, slug)
+    return with_values(recorded, options.executor_budget) != with_values(recorded, {})
+
+
+def recorded_budgets(deps: Deps, slug: str) -> Any:
+    current = current_authorization(deps, slug)
+    return current.executor_budget if current is not None else None
+
+
+def refuse_unbounded_budgets(budgets: Any, agent: Any) -> None:
+    """Budgets the Executor cannot be held to (one that reports no cost, by dollars; a command, by anything but
+    its attempts) are refused, naming them and what bounds it."""
+    from lanes_es.domain.executor_budget import option, unbounded_by
+    from lanes_es.steward.executors import executor_bounds
+
+    bounds = executor_bounds(agent)
+    unbounded = unbounded_by(budgets, bounds)
+    if not unbounded:
+        return
+    names = ", ".join(option(scope, measure) for scope, measure in unbounded)
+    who = f"{agent.name} reports no cost" if agent is not None else "an --executor command reports nothing of itself"
+    allowed = ", ".join(option("lane", measure) for measure in ("attempts", "wall", "tokens", "cost")
+                        if measure in bounds)
+    clear = " ".join(f"{option(scope, measure)} none" for scope, measure in unbounded)
+    raise ServiceError("budget_unenforceable", f"{names} cannot bound this Executor ({who}); nothing was run: "
+                                               f"bound it by {allowed} (or the --initiative-budget-* of these) "
+                                               f"instead; a budget already confirmed is cleared with `{clear}`")
 
 
 def executors_for(argv: list[str], root: str, logs: Path, extra_env: Mapping[str, str] | None,

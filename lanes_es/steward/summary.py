@@ -22,6 +22,7 @@ def summary_lines(autopilot: Autopilot, report: dict[str, Any], stopped_for: str
     lines.append(f"{len(report['commits'])} commit{'s' if len(report['commits']) != 1 else ''} on "
                  f"imm/{report['initiative_slug']}; {released} Lane{'s' if released != 1 else ''} "
                  f"released by the steward")
+    lines += budget_stop_lines(autopilot, report)
     lines += kept_lines(autopilot, report)
     lines += waiting_lines(autopilot, report)
     lines.append(f"next: {next_step(report, stopped_for)}")
@@ -45,6 +46,19 @@ def exit_code(report: dict[str, Any]) -> int:
     if report["batch_state"] == "rejected":
         return EXIT_REFUSED
     return EXIT_NEEDS_PERSON
+
+
+def budget_stop_lines(autopilot: Autopilot, report: dict[str, Any]) -> list[str]:
+    """The tasks stopped for an Executor budget (the park reason is upstream's fixed text), with the budget and
+    how to raise it."""
+    attempts = getattr(autopilot, "attempts", None)
+    if attempts is None:
+        return []
+    batch = attempts.read(report["batch_id"])
+    if batch is None:
+        return []
+    return [f"{task_id} was stopped for its Executor budget: {event.detail}"
+            for task_id, event in batch.executor_runs.exhausted.items()]
 
 
 def kept_lines(autopilot: Autopilot, report: dict[str, Any]) -> list[str]:

@@ -49,7 +49,8 @@ def authorize(deps: Deps, confirmation: Confirmation) -> ev.BatchAuthorized:
                     delegate_revisions=confirmation.delegate_revisions, resumes=confirmation.resumes,
                     repository=deps.root, repository_id=deps.store.repository_id,
                     integration=confirmation.integration,
-                    verify_workers=confirmation.verify_workers, flake_reruns=confirmation.flake_reruns)
+                    verify_workers=confirmation.verify_workers, flake_reruns=confirmation.flake_reruns,
+                    executor_budget=confirmation.executor_budget)
             except TransitionRefused as error:
                 raise ServiceError("confirmation_failed", str(error)) from None
             try:
@@ -112,8 +113,10 @@ def _still_confirms(deps: Deps, initiative: Initiative | None, confirmation: Con
     if open_batch is None and confirmation.batch_id not in known:
         return None
     if open_batch is not None and confirmation.batch_id not in known and (
-            open_batch.plan_digest, open_batch.base_head, open_batch.max_parallel, open_batch.budget) == (
-            confirmation.plan_digest, confirmation.base_head, confirmation.max_parallel, confirmation.budget):
+            open_batch.plan_digest, open_batch.base_head, open_batch.max_parallel, open_batch.budget,
+            open_batch.executor_budget) == (confirmation.plan_digest, confirmation.base_head,
+                                            confirmation.max_parallel, confirmation.budget,
+                                            confirmation.executor_budget):
         return open_batch
     now_open = f"batch {open_batch.batch_id} is now its open batch" if open_batch else "it has no open batch now"
     raise ServiceError("confirmation_superseded",

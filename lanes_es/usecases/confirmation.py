@@ -31,7 +31,9 @@ class BatchOptions:
 
     `integration` (serial, speculative or batched; default speculative), `verify_workers` (candidate
     checks run at once; default the batch's max_parallel) and `flake_reruns` apply to a new batch; a
-    recorded batch keeps what it was prepared with.
+    recorded batch keeps what it was prepared with. `executor_budget` holds the Executor budgets given,
+    (scope, measure) -> limit (lanes_es/domain/executor_budget.py): a new confirmation of an open batch
+    keeps the budgets it had and changes those given.
     """
 
     max_parallel: int | None = None
@@ -42,6 +44,7 @@ class BatchOptions:
     integration: str | None = None
     verify_workers: int | None = None
     flake_reruns: int | None = None
+    executor_budget: dict[tuple[str, str], float | None] | None = None
 
 
 @dataclass
@@ -68,6 +71,7 @@ class Confirmation:
     repository: RepositoryIdentity | None = None
     seen_head: str | None = None
     own_tasks: tuple[str, ...] | None = None
+    executor_budget: ev.ExecutorBudgets | None = None  # lanes-es's own; kept out of upstream's facts
 
     def facts(self) -> dict[str, Any]:
         return {
@@ -82,6 +86,8 @@ class Confirmation:
                          for c in self.children],
             "excluded": [c for c in self.plan.get("children", []) if c.get("status") != "enrollable"],
             "budget": self.budget.plain(),
+            # lanes-es's own, only when set: what the Executor attempts may take
+            **({"executor_budget": self.executor_budget.plain()} if self.executor_budget is not None else {}),
             "lane_mode": {
                 "max_parallel": self.max_parallel,
                 "parallel_groups": self.plan.get("parallel_groups", []),
@@ -135,7 +141,8 @@ def prepare_confirmation(deps: Deps, slug: str, options: BatchOptions = BatchOpt
                         delegate_revisions=options.delegate_revisions,
                         integration=options.integration or DEFAULT_INTEGRATION,
                         verify_workers=options.verify_workers, flake_reruns=options.flake_reruns or 0,
-                        repository=repository, seen_head=head)
+                        repository=repository, seen_head=head,
+                        executor_budget=budgets_confirmed(None, options))
 
 
 def _refuse_what_the_preflight_would(deps: Deps, slug: str, head: str) -> None:
@@ -212,4 +219,13 @@ def _reconfirmation(slug: str, current: ev.BatchAuthorized, recorded: LaneBatch 
                         verify_workers=(recorded.verify_workers if recorded is not None
                                         else options.verify_workers or current.verify_workers),
                         flake_reruns=(recorded.flake_reruns if recorded is not None
-                                      else options.flake_reruns or current.flake_reruns or 0))
+                                      else options.flake_reruns or current.flake_reruns or 0),
+                        executor_budget=budgets_confirmed(current.executor_budget, options))
+
+
+def budgets_confirmed(recorded: ev.ExecutorBudgets | None, options: BatchOptions) -> ev.ExecutorBudgets | None:
+    """The Executor budgets a confirmation records: those recorded before, with the ones given changed."""
+    from lanes_es.domain.executor_budget import is_set, with_values
+
+    budgets = with_values(recorded, options.executor_budget or {})
+    return budgets if is_set(budgets) else None

@@ -134,6 +134,12 @@ def confirmation_text(facts: dict[str, Any], *, with_delegation: bool = True) ->
                   for c in facts["excluded"]]
     budget, lane = facts["budget"], facts["lane_mode"]
     lines.append(f"Budget: max_children={budget['max_children']}, qa_failure_limit={budget['qa_failure_limit']}")
+    if facts.get("executor_budget"):
+        import msgspec
+
+        from lanes_es.domain.executor_budget import budgets_text
+
+        lines.append(f"Executor budget: {budgets_text(msgspec.convert(facts['executor_budget'], ev.ExecutorBudgets))}")
     lines.append(f"Lane mode: max_parallel={lane['max_parallel']}")
     if lane["parallel_groups"]:
         lines.append(f"Parallel groups ({len(lane['parallel_groups'])}):")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.record import is_terminal
 from lanes_es.errors import ServiceError
@@ -15,20 +16,23 @@ from lanes_es.usecases.load import active_batch, batch, current_authorization
 
 @dataclass(frozen=True)
 class Status:
-    """A batch (`batch`), or the facts of an authorization whose batch has not started (`not_started`)."""
+    """A batch (`batch`), or the facts of an authorization whose batch has not started (`not_started`);
+    `executor_budget`: the Executor budgets of the batch's latest authorization."""
 
     batch: LaneBatch | None = None
     not_started: dict[str, Any] | None = None
+    executor_budget: ev.ExecutorBudgets | None = None
 
 
 def status(deps: Deps, slug: str | None, batch_id: str | None = None) -> Status:
     if batch_id:
-        return Status(batch=batch(deps, batch_id))
+        found = batch(deps, batch_id)
+        return Status(batch=found, executor_budget=budgets_of(deps, found))
     if not slug:
         raise ServiceError("invalid_input", "name an Initiative SLUG or --batch ID")
     found = active_batch(deps, slug)
     if found is not None:
-        return Status(batch=found)
+        return Status(batch=found, executor_budget=budgets_of(deps, found))
     current = current_authorization(deps, slug)
     if current is None:
         raise ServiceError("batch_not_found", f"Initiative {slug} has no batch yet; "
@@ -37,6 +41,13 @@ def status(deps: Deps, slug: str | None, batch_id: str | None = None) -> Status:
                                "base_head": current.base_head, "max_parallel": current.max_parallel,
                                "children": [child.task_id for child in current.children],
                                "next_action": f"run `lanes-es tick {slug}` to start the batch"})
+
+
+def budgets_of(deps: Deps, found: LaneBatch) -> ev.ExecutorBudgets | None:
+    """The Executor budgets the batch's latest authorization set (None: none)."""
+    initiative = deps.store.initiative(found.record["initiative_slug"])
+    own = [grant for grant in (initiative.authorizations if initiative else []) if grant.batch_id == found.id]
+    return own[-1].executor_budget if own else None
 
 
 def recorded_max_parallel(deps: Deps, slug: str) -> int | None:

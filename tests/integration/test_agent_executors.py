@@ -4,7 +4,10 @@ against the fake agent CLIs on PATH, on both store backends.
 Two tasks. `farewell` is delivered at the first attempt; `greet`'s first attempt writes the wrong
 greeting, its check fails with an explanation on its output, and the second attempt is a rework
 whose prompt quotes that finding. Every attempt is in the batch's log with its usage; replay, the
-audit page and the status show them; the projections rebuild from the log byte for byte.
+audit page and the status show them; the projections rebuild from the log byte for byte. The whole
+batch adds a third task, `shout`, whose attempt spends more tokens than its Lane's budget: it is
+killed at its limit (claude-code and opencode report tokens as they go; codex only as its turn ends,
+so its attempt ends by itself), no second attempt starts, and the task is stopped and parks.
 """
 
 from __future__ import annotations
@@ -41,13 +44,21 @@ TASKS = {"greet": ("src/greet.py", "def greet(): return 'Hello'"),
          "farewell": ("src/farewell.py", "def farewell(): return 'Goodbye'")}
 
 
+def repo_of(path: Path, chosen: dict[str, tuple[str, str]]) -> str:
+    intents = {task: intent_json(task, [file], verification=says(file, line), goal=f"Write {file}")
+               for task, (file, line) in chosen.items()}
+    tasks = {task: Task([file]) for task, (file, _) in chosen.items()}
+    return make_repo(path, intents=intents, files={f"docs/initiatives/{SLUG}.md": initiative_markdown(tasks)})
+
+
 @pytest.fixture
 def repo(tmp_path: Path, store_url: str) -> str:
-    intents = {task: intent_json(task, [path], verification=says(path, line), goal=f"Write {path}")
-               for task, (path, line) in TASKS.items()}
-    tasks = {task: Task([path]) for task, (path, _) in TASKS.items()}
-    return make_repo(tmp_path / "repo", intents=intents,
-                     files={f"docs/initiatives/{SLUG}.md": initiative_markdown(tasks)})
+    return repo_of(tmp_path / "repo", TASKS)
+
+
+@pytest.fixture
+def repo_with_shout(tmp_path: Path, store_url: str) -> str:
+    return repo_of(tmp_path / "repo", {**TASKS, "shout": ("src/shout.py", "def shout(): return 'HEY'")})
 
 
 def scenario(tmp_path: Path) -> Path:
@@ -83,20 +94,41 @@ def events_of(repo: str, batch_id: str) -> list[Any]:
 
 
 @pytest.mark.parametrize("agent", ADAPTER_NAMES)
-def test_a_whole_batch_runs_with_a_named_agent_and_a_rework_round(repo, tmp_path, agent):
-    lanes = tmp_path / "lanes"
-    done = lanes_es("--root", repo, "run", SLUG, "--max-parallel", "2", "--lanes-dir", str(lanes), "--executor", agent,
-                    "--yes", "--poll", "0.05", env=agent_env(tmp_path))
-    assert done.returncode == 0, done.stdout + done.stderr
+def test_a_whole_batch_runs_with_a_named_agent_a_rework_round_and_a_budget_stop(repo_with_shout, tmp_path, agent):
+    repo, lanes = repo_with_shout, tmp_path / "lanes"
+    env = agent_env(tmp_path)
+    plan = json.loads(Path(env["FAKE_AGENT_SCENARIO"]).read_text())
+    plan["tasks"]["shout"] = [{"write": {"src/shout.py": "def shout(): return 'hey'\n"}, "tokens_in": 10000,
+                               "steps": 2, "sleep_before_result": 0 if agent == "codex" else 60}]
+    Path(env["FAKE_AGENT_SCENARIO"]).write_text(json.dumps(plan))
+    budgets = ["--lane-budget-tokens", "5000", "--initiative-budget-attempts", "6"]
+    if agent == "codex":  # it reports no cost: a dollar budget is refused before anything is confirmed
+        refused = lanes_es("--root", repo, "run", SLUG, "--max-parallel", "3", "--lanes-dir", str(lanes),
+                           "--executor", agent, "--yes", "--initiative-budget-usd", "5", env=env)
+        assert refused.returncode == 2 and "--initiative-budget-usd cannot bound this Executor (codex reports no " \
+                                           "cost)" in refused.stderr, refused.stdout + refused.stderr
+        assert not refused.stderr.startswith("Traceback") and "batch_id" not in lanes_es(
+            "--root", repo, "status", SLUG, "--json").stdout
+    else:
+        budgets += ["--initiative-budget-usd", "5"]
+    done = lanes_es("--root", repo, "run", SLUG, "--max-parallel", "3", "--lanes-dir", str(lanes), "--executor", agent,
+                    "--yes", "--poll", "0.05", *budgets, env=env)
+    assert done.returncode == 3, done.stdout + done.stderr
     assert "greet exited with 0" in done.stdout and "(attempt 2)" in done.stdout
     assert git_out(repo, "show", f"imm/{SLUG}:src/greet.py") == "def greet(): return 'Hello'"
+    assert "Executor budget: per Lane: 5000 tokens; for the Initiative (all its Lanes): 6 attempts" in done.stdout
+    assert "shout was stopped for its Executor budget: the Lane's budget of 5000 tokens is spent (" in done.stdout
+    assert ("tokens used); a stopped task does not resume in this batch: to give it more, `lanes-es retire "
+            "greetings`, remove its Lane, then run greetings again with a higher --lane-budget-tokens") in done.stdout
 
-    greet_calls, farewell_calls = calls(tmp_path, "greet"), calls(tmp_path, "farewell")
-    assert [call["attempt"] for call in greet_calls] == [1, 2] and len(farewell_calls) == 1
+    greet_calls, farewell_calls, shout_calls = calls(tmp_path, "greet"), calls(tmp_path, "farewell"), calls(tmp_path, "shout")
+    assert [call["attempt"] for call in greet_calls] == [1, 2] and len(farewell_calls) == len(shout_calls) == 1
     program = agent_named(agent).program
-    for call in greet_calls + farewell_calls:
-        lane = str(lanes / ("greet" if call in greet_calls else "farewell"))
+    for call in greet_calls + farewell_calls + shout_calls:
+        lane = str(lanes / ("greet" if call in greet_calls else "farewell" if call in farewell_calls else "shout"))
         assert call["argv"] == agent_named(agent).argv(program, lane, call["prompt"], limits_of(call))[1:]
+        if agent == "claude-code":  # the dollars left of the Initiative's budget, passed on
+            assert 0 < call["flags"]["max_budget_usd"] <= 5
         assert call["cwd"] == lane and call["stdin"] == "devnull" and call["pgid_is_own"]
         assert "LANES_ES_STORE" not in call["env"] and call["env"]["LANES_ES_LANE_PATH"] == lane
     first, rework = (call["prompt"] for call in greet_calls)
@@ -109,9 +141,21 @@ def test_a_whole_batch_runs_with_a_named_agent_and_a_rework_round(repo, tmp_path
     events = events_of(repo, batch_id)
     attempts = [(type(event).__name__, event.task_id, event.attempt) for event in events
                 if type(event).__name__.startswith("ExecutorRun")]
+    shout_end = "ExecutorRunFinished" if agent == "codex" else "ExecutorRunKilled"
     assert sorted(attempts) == sorted([("ExecutorRunStarted", "greet", 1), ("ExecutorRunFinished", "greet", 1),
                                        ("ExecutorRunStarted", "greet", 2), ("ExecutorRunFinished", "greet", 2),
-                                       ("ExecutorRunStarted", "farewell", 1), ("ExecutorRunFinished", "farewell", 1)])
+                                       ("ExecutorRunStarted", "farewell", 1), ("ExecutorRunFinished", "farewell", 1),
+                                       ("ExecutorRunStarted", "shout", 1), (shout_end, "shout", 1)])
+    shout_started, shout_ended = (event for event in events
+                                  if type(event).__name__.startswith("ExecutorRun") and event.task_id == "shout")
+    assert shout_started.limits.tokens == 5000 and shout_ended.usage.tokens_in >= 5000
+    if agent != "codex":
+        assert shout_ended.reason == "budget" and "token limit of 5000" in shout_ended.detail
+    stop = next(event for event in events if type(event).__name__ == "ExecutorBudgetExhausted")
+    assert (stop.task_id, stop.scope, stop.measure, stop.limit) == ("shout", "lane", "tokens", 5000)
+    parked = next(child for child in json.loads(lanes_es("--root", repo, "status", SLUG, "--json").stdout)["children"]
+                  if child["task_id"] == "shout")
+    assert (parked["state"], parked["reason"]) == ("needs_human", "Kernel reported the child stopped")
     started = [event for event in events if type(event).__name__ == "ExecutorRunStarted" and event.task_id == "greet"]
     assert [event.obligation for event in started] == ["first_delivery", "rework"]
     assert all(event.adapter == agent and event.prompt_sha256 in " ".join(event.argv) for event in started)
@@ -125,6 +169,7 @@ def test_a_whole_batch_runs_with_a_named_agent_and_a_rework_round(repo, tmp_path
     settled = [event for event in events if type(event).__name__ == "BatchSettled"][-1]
     totals = {total.task_id: total for total in settled.extras.executor_totals}
     assert (totals["greet"].attempts, totals["greet"].tokens_in, totals["farewell"].attempts) == (2, 3000, 1)
+    assert totals["shout"].killed == (0 if agent == "codex" else 1)
 
     assert lanes_es("--root", repo, "rebuild", batch_id, "--check").returncode == 0
     replayed = lanes_es("--root", repo, "replay", batch_id)
@@ -135,13 +180,16 @@ def test_a_whole_batch_runs_with_a_named_agent_and_a_rework_round(repo, tmp_path
     assert "Executor attempts" in html and "first_delivery" in html and "rework" in html
     status = lanes_es("--root", repo, "status", SLUG)
     assert "greet: 2 attempts" in status.stdout, status.stdout
+    assert "  greet: spent 2 attempts, " in status.stdout and "3400 tokens" in status.stdout
+    assert "left 1600 tokens" in status.stdout and "the Initiative (all Lanes): spent 4 attempts" in status.stdout
+    assert "left 2 attempts" in status.stdout and "shout was stopped: the Lane's budget" in status.stdout
 
 
 def limits_of(call: dict[str, Any]) -> Any:
     from lanes_es.domain.events import AttemptLimits
 
     cost = call["flags"].get("max_budget_usd")
-    return AttemptLimits(timeout_seconds=3600, cost_usd=cost)
+    return AttemptLimits(timeout_seconds=3600, tokens=5000, cost_usd=cost)
 
 
 def scenario_of(tmp_path: Path, greet: list[dict[str, Any]]) -> dict[str, str]:

@@ -58,9 +58,10 @@ def test_the_authorization_names_the_repository_and_the_batch_keeps_it():
     assert line.children_by_status() == {"integrated": 1, "released": 1}
 
 
-@pytest.mark.parametrize("written_as", [1, 2])
-def test_an_authorization_written_before_v3_upcasts_to_no_repository_id(written_as):
-    """v1 rows had neither field (no class_version), v2 rows a repository but no repository id."""
+@pytest.mark.parametrize("written_as", [1, 2, 3])
+def test_an_authorization_written_before_v4_upcasts_to_no_repository_id_and_no_budget(written_as):
+    """v1 rows had neither field (no class_version), v2 rows a repository but no repository id, v3 rows no
+    Executor budget."""
     from lanes_es.adapters.store import StructMapper, NullTranscoder
 
     mapper = StructMapper(transcoder=NullTranscoder())
@@ -68,14 +69,23 @@ def test_an_authorization_written_before_v3_upcasts_to_no_repository_id(written_
     import json
 
     state = json.loads(stored.state)
-    assert state.pop("class_version") == 3
-    del state["repository_id"]
+    assert state.pop("class_version") == 4
+    del state["executor_budget"]
+    if written_as < 3:
+        del state["repository_id"]
     if written_as == 1:
         del state["repository"]
     else:
-        state["class_version"] = 2
+        state["class_version"] = written_as
     old = type(stored)(originator_id=stored.originator_id, originator_version=stored.originator_version,
                        topic=stored.topic, state=json.dumps(state).encode())
     decoded = mapper.to_domain_event(old)
-    assert decoded.repository_id is None
+    assert decoded.repository_id == (None if written_as < 3 else stored_id(stored))
     assert decoded.repository == (None if written_as == 1 else "/r")
+    assert decoded.executor_budget is None
+
+
+def stored_id(stored):
+    import json
+
+    return json.loads(stored.state)["repository_id"]
