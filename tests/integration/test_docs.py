@@ -161,11 +161,6 @@ CITED = re.compile(r"docs/((?:how-to/|concepts/|reference/|adr/)[\w.-]+\.md|(?:u
                    r"development|tutorial|index)\.md)((?:#[\w-]+)(?:, #[\w-]+)*)?")
 
 
-# Pages the Executor adapters cite that issue 26's engineer is writing (how each agent's flags are chosen);
-# until they land on main, their absence alone is tolerated. Remove this when they are in docs/how-to/.
-BEING_WRITTEN = frozenset({"how-to/agent-claude-code.md", "how-to/agent-codex.md", "how-to/agent-opencode.md"})
-
-
 def _anchors_of(page: Path) -> set[str]:
     from markdown.extensions.toc import slugify
 
@@ -188,8 +183,7 @@ def test_code_docs_and_help_cite_only_what_the_repository_holds() -> None:
             page = PROJECT / "docs" / found.group(1)
             anchors = re.findall(r"#([\w-]+)", found.group(2) or "")
             if not page.is_file():
-                if found.group(1) not in BEING_WRITTEN:
-                    missing.append(f"{name}: {found.group(0)}")
+                missing.append(f"{name}: {found.group(0)}")
             elif anchors and not set(anchors) <= _anchors_of(page):
                 missing.append(f"{name}: {found.group(0)} (no such heading)")
     assert not outside, outside
