@@ -112,6 +112,16 @@ class RealAdapters:
                          revisions=kernel if hasattr(kernel, "apply_delegated_revision") else None,
                          plans=CoordinatorPlan(self.read_initiative, batch_git, kernel))
 
+    def on_cluster(self, ports: TickPorts, runner: str, batch_id: str) -> TickPorts:
+        """`ports` with the batch's candidate checks on the Ray cluster `runner` (`ray://HOST:PORT`), every
+        attempt noted for the log (lanes_es/adapters/ray_checks.py); RayUnavailable when it cannot be used."""
+        from lanes_es.adapters.ray_checks import RayChecks
+
+        checks = RayChecks(runner, batch_id)
+        ports.check_runner = ports.remote = checks
+        ports.kernel.run_qa = checks.run_qa  # a Lane's QA: its files go to a node, its verdict comes back
+        return ports
+
     def head(self, root: str) -> str:
         from lanes_es.adapters.git import git_ok
 

@@ -111,4 +111,7 @@ class TickPorts:
     runtime_contracts: RuntimeContracts | None = None
     revisions: Revisions | None = None
     plans: PlanObserver | None = None
+    # The journal of a Ray runner (lanes_es/adapters/ray_checks.py): `drain()` gives what it sent where since
+    # the last time, `settle_open(attempts)` collects or cancels an earlier coordinator's. None: local.
+    remote: Any = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -168,6 +168,8 @@ class ReferenceKernel:
 
     def __init__(self, clock: Callable[[], str] = system_clock) -> None:
         self.clock = clock
+        # Where a Lane's QA runs: on a copy of its files here, or (the ray runner) on a cluster's node.
+        self.run_qa: Callable[[str, str, dict[str, Any]], Any] = run_qa_on_worktree
 
     # ------------------------------------------------------------ coordinator side
 
@@ -402,7 +404,7 @@ class ReferenceKernel:
 
     def _run_qa(self, store: LaneStore, lane_path: str, record: TaskRecord) -> AdvanceResult:
         reviewed = worktree_delivery(lane_path, record.task_id, list(record.intent_snapshot.get("scope_hint", [])))  # what the verdict is about; the lane commit must still match it
-        qa = run_qa_on_worktree(lane_path, record.task_id, record.intent_snapshot)
+        qa = self.run_qa(lane_path, record.task_id, record.intent_snapshot)
         verdict, outputs = qa.verdict, qa.outputs
         ran = {"qa_outputs": outputs, "qa_tree": qa.tree, "qa_acceptance": acceptance_digest(record.intent_snapshot)}
         at = self.clock()

@@ -78,6 +78,10 @@ def connect(runner: str) -> Any:
         require_token_auth()
         # gRPC's informational lines (a fork while its threads run: every git spawn) are not the user's
         os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+        # Without this, gRPC's fork handlers run in every child the coordinator forks (each git and check
+        # spawn) and may abort it before its exec (SIGABRT: a git commit that "failed" with -6). Read by
+        # gRPC when it is first imported: here, before Ray is.
+        os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
         ray = ray_module()
         if ray.is_initialized():
             ray.shutdown()

@@ -62,6 +62,7 @@ class HostResult(msgspec.Struct, frozen=True, kw_only=True):
     node: str = ""
     task_id: str = ""
     findings: list[str] = []
+    reasons: list[str] = []  # a Lane's QA: why each finding failed, in the order of `findings`
     outputs: list[CommandDigest] = []
     cancelled: bool = False
     error: str | None = None
@@ -128,19 +129,38 @@ def _tree_from(payload: bytes) -> Any:
     return CheckTree(entries, decoded.blobs)
 
 
-def run_check_here(tree: Any, task_id: str, intent: dict[str, Any]) -> tuple[list[str], list[CommandDigest]]:
+def run_check_here(tree: Any, task_id: str, intent: dict[str, Any],
+                   cancel: Any = None) -> tuple[list[str], list[CommandDigest]]:
     """The local runner's check, on this node: failed finding ids and each item's output digest."""
     from lanes_es.adapters.check_runner import LocalCheckRunner
 
-    run = LocalCheckRunner().run_check(tree, task_id, intent)
+    run = LocalCheckRunner().run_check(tree, task_id, intent, cancel)
     return list(run.findings), list(run.outputs)
+
+
+def run_qa_here(tree: Any, task_id: str, intent: dict[str, Any],
+                cancel: Any = None) -> tuple[list[str], list[str], list[CommandDigest]]:
+    """A Lane's QA on this node, on a fresh copy of the Lane's files: its findings' ids and reasons, and each
+    item's output digest (what the kernel's QA gives locally: adapters/qa.py)."""
+    import tempfile
+
+    from lanes_es.adapters.processes import tree_prefix
+    from lanes_es.adapters.qa import run_acceptance_with_outputs
+
+    with tempfile.TemporaryDirectory(prefix=tree_prefix("qa-tree"), ignore_cleanup_errors=True) as directory:
+        tree.write_to(directory)
+        verdict, outputs = run_acceptance_with_outputs(directory, task_id, intent, tree.input_digests(), cancel)
+    return [f.id for f in verdict.findings], [f.reason for f in verdict.findings], list(outputs)
 
 
 class _Attempt:
     def __init__(self, batch_id: str) -> None:
+        from lanes_es.ports import Cancel
+
         self.batch_id = batch_id
         self.result: bytes | None = None
         self.done = threading.Event()
+        self.cancel = Cancel()  # set by `cancel`: the check's process group is killed, as locally
 
 
 class NodeHost:
@@ -161,8 +181,9 @@ class NodeHost:
                 "pid": str(os.getpid())}
 
     def run_check(self, attempt_id: str, batch_id: str, tree_ref: list[Any], task_id: str,
-                  intent: dict[str, Any]) -> bytes:
-        """Run one check attempt to its end; its result, also kept for `collect` under its id."""
+                  intent: dict[str, Any], qa: bool = False) -> bytes:
+        """Run one check attempt (`qa`: a Lane's QA) to its end; its result, also kept for `collect` under
+        its id."""
         attempt = _Attempt(batch_id)
         with self._lock:
             self._attempts[attempt_id] = attempt
@@ -171,9 +192,14 @@ class NodeHost:
         started = time.monotonic()
         node = self.describe()["node"]
         try:
-            findings, outputs = run_check_here(self._tree(tree_ref), task_id, intent)
+            reasons: list[str] = []
+            if qa:
+                findings, reasons, outputs = run_qa_here(self._tree(tree_ref), task_id, intent, attempt.cancel)
+            else:
+                findings, outputs = run_check_here(self._tree(tree_ref), task_id, intent, attempt.cancel)
             result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id, findings=findings,
-                                outputs=outputs, seconds=time.monotonic() - started)
+                                reasons=reasons, outputs=outputs, cancelled=attempt.cancel.is_set(),
+                                seconds=time.monotonic() - started)
         except Exception as error:  # the run could not complete: a failure, with why
             result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id, error=str(error),
                                 seconds=time.monotonic() - started)
@@ -209,6 +235,14 @@ class NodeHost:
         if attempt.result is None:
             return msgspec.msgpack.encode(HostResult(attempt_id=attempt_id, state="running"))
         return attempt.result
+
+    def cancel(self, attempt_id: str) -> bytes:
+        """Stop the attempt if it still runs (its commands killed); its state as `collect` gives it."""
+        with self._lock:
+            attempt = self._attempts.get(attempt_id)
+        if attempt is not None and attempt.result is None:
+            attempt.cancel.set()
+        return self.collect(attempt_id)
 
     def attempts_of(self, batch_id: str) -> list[str]:
         """The ids of the attempts of `batch_id` this host holds (running or finished)."""

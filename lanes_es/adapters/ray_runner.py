@@ -46,6 +46,7 @@ class AttemptNote:
     task_id: str
     tree: str
     detail: str = ""
+    work: str = "check"  # what was sent: a candidate's `check`, a Lane's `qa`, an `executor` attempt
 
 
 @dataclass
@@ -138,13 +139,15 @@ class RayCheckRunner:
                     self._trees.pop(next(iter(self._trees)))
             return identity, ref
 
-    def run_attempts(self, tree: Any, task_id: str, intent: dict[str, Any]) -> HostResult:
+    def run_attempts(self, tree: Any, task_id: str, intent: dict[str, Any], cancel: Any = None,
+                     work: str = "check") -> HostResult:
         """One task's check on the cluster: dispatched, and dispatched again on another node when its node is
-        lost, at most LOST_RERUNS times; ClusterLost past that."""
+        lost, at most LOST_RERUNS times; ClusterLost past that. `cancel` (a `Cancel`) set: the node kills
+        the check's commands and the result is `cancelled`."""
         identity, ref = self.tree_ref(tree)
         for _ in range(LOST_RERUNS + 1):
             sent = self._dispatch(task_id, identity, lambda host, attempt_id: host.run_check.remote(
-                attempt_id, self.batch_id, [ref], task_id, intent))
+                attempt_id, self.batch_id, [ref], task_id, intent, work == "qa"), cancel, work)
             if sent is None:
                 continue
             attempt_id, node, raw = sent
@@ -155,8 +158,7 @@ class RayCheckRunner:
             if result.attempt_id != attempt_id or result.task_id != task_id:
                 result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id,
                                     error="a node answered for another attempt")
-            self.journal(AttemptNote("ended", attempt_id, node, task_id, identity,
-                                     "passed" if not result.findings and result.error is None else "failed"))
+            self.journal(AttemptNote("ended", attempt_id, node, task_id, identity, _outcome(result), work))
             return result
         raise ClusterLost(f"the check of {task_id} was lost with its node {LOST_RERUNS + 1} times on {self.runner}; "
                           f"run the tick again when the cluster is whole")
@@ -167,7 +169,7 @@ class RayCheckRunner:
         ref = self._ray.put(msgspec.msgpack.encode(lane))
         payload = msgspec.msgpack.encode(request)
         sent = self._dispatch(task_id, lane.identity, lambda host, attempt_id: host.run_attempt.remote(
-            attempt_id, self.batch_id, [ref], payload))
+            attempt_id, self.batch_id, [ref], payload), work="executor")
         if sent is None:
             return AttemptOutcome(attempt_id="", state="lost", error="its node was lost")
         attempt_id, node, raw = sent
@@ -178,34 +180,54 @@ class RayCheckRunner:
         if outcome.attempt_id != attempt_id:
             outcome = AttemptOutcome(attempt_id=attempt_id, node=node, error="a node answered for another attempt")
         self.journal(AttemptNote("ended", attempt_id, node, task_id, lane.identity,
-                                 outcome.error or (outcome.result.killed if outcome.result else None) or "finished"))
+                                 outcome.error or (outcome.result.killed if outcome.result else None) or "finished",
+                                 "executor"))
         return outcome
 
-    def _dispatch(self, task_id: str, identity: str, call: Callable[[Any, str], Any]) -> tuple[str, str, Any] | None:
+    def _dispatch(self, task_id: str, identity: str, call: Callable[[Any, str], Any], cancel: Any = None,
+                  work: str = "check") -> tuple[str, str, Any] | None:
         """Send one attempt to the freest node and wait for its answer: (attempt id, node, answer), or None when
         the node was lost on the way (taken out, the loss noted)."""
         node = self.slots.take()
         attempt_id = uuid.uuid4().hex
+        hook = None
         try:
-            self.journal(AttemptNote("dispatched", attempt_id, node, task_id, identity))
+            self.journal(AttemptNote("dispatched", attempt_id, node, task_id, identity, work=work))
+            host = self._hosts[node]
             try:
-                return attempt_id, node, self._ray.get(call(self._hosts[node], attempt_id))
+                answer = call(host, attempt_id)
+                if cancel is not None:  # a cancelled candidate: the node kills the check's commands
+                    hook = cancel.on_set(lambda: host.cancel.remote(attempt_id))
+                return attempt_id, node, self._ray.get(answer)
             except self._lost_errors() as error:
                 self.slots.lose(node)
-                self.journal(AttemptNote("lost", attempt_id, node, task_id, identity, _first_line(error)))
+                self.journal(AttemptNote("lost", attempt_id, node, task_id, identity, _first_line(error), work))
                 return None
         finally:
+            if cancel is not None:
+                cancel.forget(hook)
             self.slots.give_back(node)
 
-    def collect(self, node: str, attempt_id: str) -> HostResult:
-        """An attempt a coordinator before this one started: its result, or its state (running, unknown)."""
+    def collect(self, node: str, attempt_id: str, cancel: bool = False) -> HostResult:
+        """An attempt a coordinator before this one started: its result, or its state (running, unknown);
+        `cancel`: stopped first when it still runs."""
         host = self._hosts.get(node)
         if host is None:
             return HostResult(attempt_id=attempt_id, state="unknown", node=node)
         try:
-            return decode_result(self._ray.get(host.collect.remote(attempt_id), timeout=60))
-        except self._lost_errors():
+            call = host.cancel if cancel else host.collect
+            raw = self._ray.get(call.remote(attempt_id), timeout=60)
+            return decode_result(raw, HostResult, DELIVERY_LIMIT)
+        except (ValueError, *self._lost_errors()):
             return HostResult(attempt_id=attempt_id, state="unknown", node=node)
+
+
+def _outcome(result: HostResult) -> str:
+    if result.error is not None:
+        return "could not run"
+    if result.cancelled:
+        return "cancelled"
+    return "failed" if result.findings else "passed"
 
 
 def _first_line(error: BaseException) -> str:

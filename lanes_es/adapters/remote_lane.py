@@ -14,7 +14,10 @@ import hashlib
 import os
 import stat
 
+from typing import Any, Iterator
+
 from lanes_es.adapters.git import git
+from lanes_es.domain.check_inputs import blob_id
 from lanes_es.adapters.ray_host import DeliveredFile, TreeFile, TreePayload
 from lanes_es.domain.intent import is_path_allowed_for_child
 from lanes_es.errors import Refusal
@@ -26,11 +29,10 @@ class DeliveryRefused(Refusal):
     """The attempt delivered a path its task may not touch, or one that cannot be written safely."""
 
 
-def lane_payload(lane: str) -> TreePayload:
-    """What the Lane holds now, as entries and their bytes (one git spawn: the listing)."""
+def lane_files(lane: str) -> Iterator[tuple[str, str, bytes]]:
+    """What the Lane holds now: (path, git mode, bytes) of each tracked and untracked file git does not ignore,
+    a link's bytes its target (one git spawn: the listing)."""
     listed = git(lane, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--")
-    entries: list[TreeFile] = []
-    blobs: dict[str, bytes] = {}
     for path in dict.fromkeys(part for part in listed.stdout.decode("utf-8", "surrogateescape").split("\0") if part):
         full = os.path.join(lane, path)
         try:
@@ -45,6 +47,28 @@ def lane_payload(lane: str) -> TreePayload:
                 continue  # a directory (a submodule's) or a special file: nothing an agent edits
         except OSError:
             continue  # listed, then removed: not there
+        yield path, mode, content
+
+
+def lane_tree(lane: str) -> Any:
+    """The Lane's files as the tree its QA sees (`CheckTree`: git blob ids, `.imm/audit/` left out), whose
+    identity is the one QA records locally (`qa.materialized_tree`), so a candidate reuses its verdict."""
+    from lanes_es.adapters.check_runner import CheckTree, TreeEntry
+
+    entries: dict[str, TreeEntry] = {}
+    blobs: dict[str, bytes] = {}
+    for path, mode, content in lane_files(lane):
+        sha = blob_id(content)
+        blobs[sha] = content
+        entries[path] = TreeEntry(mode, "blob", sha)
+    return CheckTree(entries, blobs)
+
+
+def lane_payload(lane: str) -> TreePayload:
+    """What the Lane holds now, as entries and their bytes (one git spawn: the listing)."""
+    entries: list[TreeFile] = []
+    blobs: dict[str, bytes] = {}
+    for path, mode, content in lane_files(lane):
         key = hashlib.sha256(content).hexdigest()
         blobs[key] = content
         entries.append(TreeFile(path, mode, "blob", key))

@@ -340,6 +340,11 @@ def add_integration_options(command: Any) -> None:
     command.add_argument("--flake-reruns", type=int, choices=range(0, 6), default=None, metavar="N",
                          help="flake policy: a check that failed on a candidate runs again up to N times (0 to 5; "
                               "default 0), only when it existed unchanged before the Lane; see `lanes-es flakes`")
+    command.add_argument("--runner", default=None, metavar="RUNNER",
+                         help="where candidate checks, Lane QA and Executor attempts run: local (this machine, the "
+                              "default) or ray://HOST:PORT (a Ray cluster's client server; pip install "
+                              "'lanes-es[ray]', RAY_AUTH_TOKEN set; docs/how-to/ray-cluster.md); default "
+                              "$LANES_ES_RUNNER, else what the batch's last confirmation recorded")
 
 
 BUDGET_HELP = {
@@ -406,6 +411,8 @@ def positive_int(text: str) -> int:
 
 def batch_options(args: argparse.Namespace) -> Any:
     """The confirmation options of `authorize` and `run` as one value (lanes_es/usecases/confirmation.py)."""
+    import os
+
     from lanes_es.domain.inputs import parse_final_verification
     from lanes_es.usecases.confirmation import BatchOptions
 
@@ -414,7 +421,8 @@ def batch_options(args: argparse.Namespace) -> Any:
                         qa_failure_limit=getattr(args, "qa_failure_limit", None), final_verification=final,
                         delegate_revisions=args.delegate_revisions, integration=args.integration,
                         verify_workers=args.verify_workers, flake_reruns=args.flake_reruns,
-                        executor_budget=budgets_given(args))
+                        executor_budget=budgets_given(args),
+                        runner=args.runner or os.environ.get("LANES_ES_RUNNER") or None)
 
 
 def _authorize(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ import msgspec
 from . import events as ev
 from .aggregate import ChainedAggregate, TransitionRefused
 from .executor_runs import ExecutorRuns
+from .remote_attempts import RemoteAttempts
 from .record import (
     IN_FLIGHT, apply_event, child_of, consumed_slots, dependents_to_skip, is_terminal, prepared_record,
 )
@@ -35,6 +36,7 @@ class LaneBatch(ChainedAggregate):
         self.verify_workers: int | None = None
         self.flake_reruns = 0
         self.executor_runs = ExecutorRuns()  # lanes-es's own: the Executor attempts, not in the v2 record
+        self.remote_attempts = RemoteAttempts()  # lanes-es's own: what was sent to a Ray cluster's nodes
         # lanes-es's own facts beyond the record, folded from the log: the passing verdicts a check on the
         # same inputs may reuse (reuse key -> (event version, event type, candidate or None for QA)), and
         # each child's latest failure (its Parked or QaFailureCounted event).
@@ -76,6 +78,7 @@ class LaneBatch(ChainedAggregate):
             apply_event(self.record, event)
             self.report = report_after(self.report, self.record, event)
             self.executor_runs.fold(event)
+            self.remote_attempts.fold(event)
             self._note_checks(event)
         super().apply_fact(event)
 
@@ -327,6 +330,19 @@ class LaneBatch(ChainedAggregate):
     def note_fall_back(self, at: str, lanes: list[str], verifications: int, cap: int) -> None:
         self._require_moving()
         self.trigger_event(ev.IntegrationFellBack, at=at, lanes=lanes, verifications=verifications, cap=cap)
+
+    # ------------------------------------------------------------ attempts on a Ray cluster (audit only)
+
+    def note_remote_dispatched(self, at: str, attempt_id: str, kind: str, task_id: str, node: str,
+                               tree: str) -> None:
+        self.trigger_event(ev.RemoteAttemptDispatched, at=at, attempt_id=attempt_id, kind=kind, task_id=task_id,
+                           node=node, tree=tree)
+
+    def note_remote_ended(self, at: str, attempt_id: str, node: str, outcome: str) -> None:
+        self.trigger_event(ev.RemoteAttemptEnded, at=at, attempt_id=attempt_id, node=node, outcome=outcome)
+
+    def note_remote_lost(self, at: str, attempt_id: str, node: str, detail: str) -> None:
+        self.trigger_event(ev.RemoteAttemptLost, at=at, attempt_id=attempt_id, node=node, detail=detail)
 
     # ------------------------------------------------------------ the Executor attempts (audit only)
 

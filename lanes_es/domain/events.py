@@ -635,11 +635,45 @@ class ExecutorBudgetExhausted(Event, frozen=True, kw_only=True):
     detail: str
 
 
+class RemoteAttemptDispatched(Event, frozen=True, kw_only=True):
+    """Audit only: the coordinator sent an attempt to a node of the batch's Ray cluster (the `ray` runner).
+
+    `attempt_id` names it everywhere (the node's host keeps it under that id); `kind` is `check` (a
+    candidate's), `qa` (a Lane's QA) or `executor` (an Executor attempt); `tree` is the identity of the tree
+    it was given (a candidate's, or the Lane's files); `task_id` the task whose check or work it is."""
+
+    attempt_id: str
+    kind: str
+    task_id: str
+    node: str
+    tree: str
+
+
+class RemoteAttemptEnded(Event, frozen=True, kw_only=True):
+    """Audit only: an attempt's result reached the coordinator (`outcome`: passed, failed, finished, ...), or
+    a coordinator that started after it collected or cancelled it (`collected`, `cancelled`); only the
+    result of an attempt the current tick is waiting for counts."""
+
+    attempt_id: str
+    node: str
+    outcome: str
+
+
+class RemoteAttemptLost(Event, frozen=True, kw_only=True):
+    """Audit only: the attempt's node or its host was lost before it answered (`detail`: what Ray said).
+    A lost check is sent to another node, up to a bound; it never counts as a failure of the Lane."""
+
+    attempt_id: str
+    node: str
+    detail: str
+
+
 AUDIT_ONLY: tuple[type[Event], ...] = (OffersRefused, TickRejected, ProjectionDriftRepaired, CandidateBuilt,
                                        CandidateVerified, CandidateDiscarded, IntegrationFellBack,
                                        ExecutorRunStarted, ExecutorRunFinished, ExecutorRunKilled,
                                        ExecutorBudgetExhausted,
-                                       CandidateCancelled, CheckVerdictReused, IntegrationModeChosen)
+                                       CandidateCancelled, CheckVerdictReused, IntegrationModeChosen,
+                                       RemoteAttemptDispatched, RemoteAttemptEnded, RemoteAttemptLost)
 
 # The card's eight transitions, by the names users search the log for.
 TRANSITION_NAMES: dict[type, str] = {
@@ -692,6 +726,9 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
     repository: str | None = None
     repository_id: str | None = None
     executor_budget: ExecutorBudgets | None = None
+    # Where the batch's checks, Lane QA and Executor attempts run under this confirmation: `local`, or
+    # `ray://HOST:PORT` (lanes_es/domain/runner.py); None before the choice existed: local.
+    runner: str | None = None
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:

@@ -101,7 +101,25 @@ class TickContext:
         return self.live.record
 
     def persist(self) -> None:
+        self.record_remote()
         self.persist_port(self.batch)
+
+    def record_remote(self) -> bool:
+        """Record, as events, what the Ray runner noted since the last time (each attempt it dispatched,
+        ended or lost: its worker threads only note; this, the writing thread, records); whether any."""
+        journal = self.ports.remote
+        if journal is None or self.batch is None:
+            return False
+        notes = journal.drain()
+        for note in notes:
+            if note.kind == "dispatched":
+                self.live.note_remote_dispatched(self.now, note.attempt_id, note.work, note.task_id, note.node,
+                                                 note.tree)
+            elif note.kind == "ended":
+                self.live.note_remote_ended(self.now, note.attempt_id, note.node, note.detail)
+            else:
+                self.live.note_remote_lost(self.now, note.attempt_id, note.node, note.detail)
+        return bool(notes)
 
     # ------------------------------------------------------------ reports
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from lanes_es.domain.batch import LaneBatch
-from lanes_es.tick import admit, commit, complete, inputs, integrate, observe, reconcile, start, tracker
+from lanes_es.tick import admit, commit, complete, inputs, integrate, observe, reconcile, remote, start, tracker
 from lanes_es.tick.context import TickContext, TickFinished, TickOutcome
 from lanes_es.tick_input import Persist, TickInput, TickPorts
 
@@ -34,6 +34,7 @@ def run_lane_batch(tick: TickInput, batch: LaneBatch | None, ports: TickPorts, p
 def advance(ctx: TickContext) -> dict[str, Any]:
     """Steps 6-16 and 1-4 of a batch that runs (a new one, or a recorded one that may move)."""
     new_batch = ctx.live.batch_state == "prepared"
+    remote.settle_open_attempts(ctx)                        # an earlier coordinator's attempts on a cluster
     reconcile.replace_grant(ctx, new_batch)                 # 6  a fresh confirmation's delegation answer
     if not new_batch:
         reconcile.restore_leaks(ctx)                        # 7  Lane writes leaked into the coordinator

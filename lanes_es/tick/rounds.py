@@ -135,6 +135,7 @@ def wait_for_checks(state: Round) -> None:
     failure of a candidate whose checks still run (its verdict is False from its first failed check on)."""
     state.changed.wait()
     state.changed.clear()
+    noted = state.ctx.record_remote()  # the attempts a Ray cluster ran since, before the verdicts they gave
     finished = [candidate for candidate, flight in state.flights.items() if flight.done]
     for candidate in finished:
         record_verdict(state, candidate, state.flights.pop(candidate).verdict())
@@ -142,7 +143,7 @@ def wait_for_checks(state: Round) -> None:
         if flight.failed and candidate not in state.verdicts:
             state.verdicts[candidate] = False
     record_cancelled(state)
-    if finished or state.cancelled:
+    if finished or state.cancelled or noted:
         state.ctx.persist()
 
 

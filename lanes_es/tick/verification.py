@@ -93,6 +93,10 @@ class Flight:
     cancel: Cancel = field(default_factory=Cancel)
     results: dict[str, CandidateCheck] = field(default_factory=dict)
     error: PortError | None = None
+    # What kept a check from giving any verdict at all and is no check failure (the Ray cluster lost it past
+    # its bound: lanes_es/adapters/ray_runner.py): raised when the verdict is asked for, ending the tick
+    # with nothing recorded against the Lanes.
+    fault: BaseException | None = None
     pending: int = 0
     failed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -108,6 +112,8 @@ class Flight:
 
     def verdict(self) -> CandidateVerdict | PortError:
         """Once done: the candidate's verdict, or the error that kept its checks from running at all."""
+        if self.fault is not None:
+            raise self.fault
         return self.error if self.error is not None else CandidateVerdict.of(self.planned.commit, self.checks())
 
     def finished(self, check: PlannedCheck, future: Future[Any]) -> None:
@@ -117,6 +123,9 @@ class Flight:
                 result: CandidateCheck = future.result()
             except PortError as error:
                 self.error, self.failed = self.error or error, True
+                return
+            except Exception as error:  # noqa: BLE001 - kept, and raised in the coordinator's thread
+                self.fault = self.fault or error
                 return
             self.results[check.task_id] = result
             if result.findings and not result.cancelled:

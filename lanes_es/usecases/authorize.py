@@ -50,7 +50,7 @@ def authorize(deps: Deps, confirmation: Confirmation) -> ev.BatchAuthorized:
                     repository=deps.root, repository_id=deps.store.repository_id,
                     integration=confirmation.integration,
                     verify_workers=confirmation.verify_workers, flake_reruns=confirmation.flake_reruns,
-                    executor_budget=confirmation.executor_budget)
+                    executor_budget=confirmation.executor_budget, runner=confirmation.runner)
             except TransitionRefused as error:
                 raise ServiceError("confirmation_failed", str(error)) from None
             try:

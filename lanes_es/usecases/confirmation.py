@@ -18,6 +18,7 @@ from lanes_es.domain.candidates import DEFAULT_INTEGRATION, INTEGRATION_MODES, S
 from lanes_es.domain.ids import batch_branch_name
 from lanes_es.domain.record import is_terminal
 from lanes_es.domain.repository import RepositoryIdentity
+from lanes_es.domain.runner import LOCAL, InvalidRunner, parse_runner
 from lanes_es.errors import ServiceError
 from lanes_es.usecases.deps import Deps
 from lanes_es.usecases.load import current_authorization
@@ -33,7 +34,8 @@ class BatchOptions:
     checks run at once; default the batch's max_parallel) and `flake_reruns` apply to a new batch; a
     recorded batch keeps what it was prepared with. `executor_budget` holds the Executor budgets given,
     (scope, measure) -> limit (lanes_es/domain/executor_budget.py): a new confirmation of an open batch
-    keeps the budgets it had and changes those given.
+    keeps the budgets it had and changes those given. `runner` (`local` or `ray://HOST:PORT`, as the user
+    wrote it; None: the authorization's before, else local) is recorded with each confirmation.
     """
 
     max_parallel: int | None = None
@@ -45,6 +47,7 @@ class BatchOptions:
     verify_workers: int | None = None
     flake_reruns: int | None = None
     executor_budget: dict[tuple[str, str], float | None] | None = None
+    runner: str | None = None
 
 
 @dataclass
@@ -65,6 +68,7 @@ class Confirmation:
     integration: str = DEFAULT_INTEGRATION  # lanes-es's own choice; kept out of upstream's facts
     verify_workers: int | None = None
     flake_reruns: int = 0
+    runner: str = LOCAL  # where checks, QA and Executor attempts run (lanes_es/domain/runner.py)
     # What the gate saw before the user answered, read again after it (lanes_es/usecases/authorize.py):
     # the checkout and its repository id, the coordinator's HEAD, and the tasks kept as the batch's own
     # when the plan is derived (None: a new plan, as `lanes-es plan` derives it).
@@ -109,6 +113,7 @@ def prepare_confirmation(deps: Deps, slug: str, options: BatchOptions = BatchOpt
     qa_failure_limit = parse_positive_count(options.qa_failure_limit, "qa_failure_limit")
     require_writable_state(deps.root, f"authorize {slug}")
     _check_integration_options(options)
+    runner = _runner(options)
     repository = deps.repository_now()
     current = current_authorization(deps, slug)
     recorded = deps.store.batch(current.batch_id) if current else None
@@ -116,6 +121,7 @@ def prepare_confirmation(deps: Deps, slug: str, options: BatchOptions = BatchOpt
         _require_plan_unchanged(deps, slug, recorded)
         return replace(_reconfirmation(slug, current, recorded, max_parallel, options),
                        repository=repository, seen_head=deps.adapters.head(deps.root),
+                       runner=runner or current.runner or LOCAL,
                        own_tasks=tuple(child["task_id"] for child in recorded.record["children"]))
     derived = plan(deps, slug)
     _refuse_unreadable_intents(deps.root, slug, derived)
@@ -126,7 +132,8 @@ def prepare_confirmation(deps: Deps, slug: str, options: BatchOptions = BatchOpt
         # since, confirm the new plan under the same (never started) batch id.
         if derived["plan_digest"] == current.plan_digest:
             return replace(_reconfirmation(slug, current, None, max_parallel, options),
-                           repository=repository, seen_head=deps.adapters.head(deps.root))
+                           repository=repository, seen_head=deps.adapters.head(deps.root),
+                           runner=runner or current.runner or LOCAL)
         batch_id = current.batch_id
     enrollable: list[ev.PlanChild] = derived["enrollable"]
     budget = ev.Budget(max_children=max_children or len(enrollable),
@@ -141,7 +148,7 @@ def prepare_confirmation(deps: Deps, slug: str, options: BatchOptions = BatchOpt
                         delegate_revisions=options.delegate_revisions,
                         integration=options.integration or DEFAULT_INTEGRATION,
                         verify_workers=options.verify_workers, flake_reruns=options.flake_reruns or 0,
-                        repository=repository, seen_head=head,
+                        repository=repository, seen_head=head, runner=runner or LOCAL,
                         executor_budget=budgets_confirmed(None, options))
 
 
@@ -157,6 +164,16 @@ def _refuse_what_the_preflight_would(deps: Deps, slug: str, head: str) -> None:
                                  "reason": f"{checked.reason}: {checked.message}"})
         fix = fix.replace(f"then `lanes-es tick {slug}`", "then confirm again")
         raise ServiceError(checked.reason, f"{checked.message}; nothing was confirmed: {fix}")
+
+
+def _runner(options: BatchOptions) -> str | None:
+    """The runner the user named, in its canonical text (None: none named); a clear refusal otherwise."""
+    if options.runner is None:
+        return None
+    try:
+        return parse_runner(options.runner)
+    except InvalidRunner as error:
+        raise ServiceError("invalid_runner", f"{error}; nothing was confirmed") from None
 
 
 def _check_integration_options(options: BatchOptions) -> None:

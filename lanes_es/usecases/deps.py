@@ -14,6 +14,10 @@ class Adapters(Protocol):
     def tick_ports(self, root: str, slug: str) -> TickPorts:
         """Fresh ports for one tick (caches inside them live for one tick only)."""
 
+    def on_cluster(self, ports: TickPorts, runner: str, batch_id: str) -> TickPorts:
+        """`ports` with the batch's checks on the Ray cluster `runner` (only asked for when the batch's
+        authorization names one)."""
+
     def head(self, root: str) -> str:
         """The coordinator's HEAD commit."""
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from lanes_es.adapters.store import StoreConflict
 from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.batch import LaneBatch
+from lanes_es.domain.runner import is_ray
 from lanes_es.errors import ServiceError
 from lanes_es.exit_codes import EXIT_NEEDS_PERSON, EXIT_OK, EXIT_REFUSED
 from lanes_es.ports import KernelError
@@ -116,6 +117,8 @@ def _run(deps: Deps, tick: TickInput, batch: LaneBatch | None, timings: Timings)
 
     for attempt in range(LOST_RACE_RETRIES + 1):
         ports = deps.adapters.tick_ports(tick.root, tick.initiative_slug)
+        if is_ray(tick.authorization.runner):
+            ports = deps.adapters.on_cluster(ports, tick.authorization.runner, tick.batch_id)
         ports.history = ports.history or _store_history(deps.store)
         try:
             return run_lane_batch(tick, batch, timed(ports, timings), persist)

@@ -171,3 +171,94 @@ def test_a_node_removed_mid_check_loses_its_checks_to_the_other_nodes(cluster: L
     # Every lost check ran again elsewhere: one more dispatch each, and only the live attempt's result counts.
     assert sum(note.kind == "dispatched" for note in notes) == 36 + len(lost)
     assert {result.attempt_id for result in results}.isdisjoint({note.attempt_id for note in lost})
+
+
+# ---------------------------------------------------------------- batches on the cluster, through the tick
+
+
+def conflicting_batch(seed: int) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
+    """A random batch: Lanes whose check fails once an earlier Lane's work is under it, Lanes that write the
+    same file (the plan serializes them), slow checks, passing ones; and what each Lane delivers."""
+    import random
+
+    from tests.engine import Task
+    from tests.gitfixtures import fails_if_exists
+
+    rng = random.Random(seed)
+    tasks: dict[str, Task] = {}
+    deliveries: dict[str, tuple[str, str]] = {}
+    for index in range(rng.randint(4, 5)):
+        task_id, roll = f"t{index}", rng.random()
+        path = "shared.txt" if rng.random() < 0.3 else f"t{index}.txt"
+        earlier = deliveries[f"t{rng.randrange(index)}"][0] if index else path
+        if roll < 0.4 and earlier != path:
+            verification = fails_if_exists(earlier)  # fails once that Lane's work is under it
+        elif roll < 0.55:
+            verification = descriptor(["-c", "import time; time.sleep(0.3)"])
+        else:
+            verification = None
+        tasks[task_id] = Task([path], verification=verification)
+        deliveries[task_id] = (path, f"{task_id}\n")
+    if not any(path == "shared.txt" for path, _ in deliveries.values()):
+        tasks["t0"], deliveries["t0"] = Task(["shared.txt"]), ("shared.txt", "t0\n")
+    return tasks, deliveries
+
+
+def batch_outcome(engine: Any) -> dict[str, Any]:
+    import re
+
+    from tests.gitfixtures import run_git
+
+    sha = re.compile(r"\b[0-9a-f]{40}\b")
+    children = [(c["task_id"], c["state"], sha.sub("<sha>", c["reason"] or "")) for c in engine.batch.record["children"]]
+    listed = run_git(engine.root, "ls-tree", "-r", f"imm/{engine.slug}", "--", "shared.txt", "t0.txt", "t1.txt",
+                     "t2.txt", "t3.txt", "t4.txt").stdout.decode().split("\n")
+    return {"children": children, "files": sorted(line.split()[-1] + " " + line.split()[2] for line in listed if line),
+            "commits": len(engine.batch.record["commits"]), "state": engine.batch.batch_state}
+
+
+def remote_events(engine: Any) -> list[Any]:
+    from lanes_es.domain import events as ev
+
+    kinds = (ev.RemoteAttemptDispatched, ev.RemoteAttemptEnded, ev.RemoteAttemptLost)
+    return [event for event in engine.deps.store.events(engine.batch.id) if isinstance(event, kinds)]
+
+
+@pytest.mark.parametrize("store_url, seed", [("sqlite", 7), ("postgresql", 9)], indirect=["store_url"])
+def test_a_batch_on_the_cluster_integrates_and_parks_as_the_local_runner_does(
+        cluster: LocalRayCluster, tmp_path: Path, store_url: str, seed: int, another_store: Any) -> None:
+    """The same random batch (speculative) with the local runner and with the cluster, each in its own repository
+    and store: the same Lanes integrate, the same park and why, the batch branch holds the same files; on
+    the cluster every candidate check and Lane QA is an attempt in the log, dispatched then ended on a node."""
+    from lanes_es.domain import events as ev
+    from tests.engine import Engine
+
+    tasks, deliveries = conflicting_batch(seed)
+    outcomes = {}
+    for runner in ("local", cluster.runner):
+        name = "local" if runner == "local" else "ray"
+        store = another_store()
+        engine = Engine.create(tmp_path / name, tasks, store_url=store)
+        engine.authorize(max_parallel=len(tasks), integration="speculative", verify_workers=8, runner=runner)
+        engine.run_to_end(deliveries)
+        outcomes[name] = (batch_outcome(engine), engine)
+        assert rebuild_holds(engine, store)
+    assert outcomes["ray"][0] == outcomes["local"][0]
+    assert {state for _, state, _ in outcomes["local"][0]["children"]} >= {"needs_human", "integrated"}
+    engine = outcomes["ray"][1]
+    assert {a.runner for a in engine.deps.store.initiative(engine.slug).authorizations} == {cluster.runner}
+    recorded = remote_events(engine)
+    dispatched = {e.attempt_id: e for e in recorded if isinstance(e, ev.RemoteAttemptDispatched)}
+    ended = {e.attempt_id: e for e in recorded if isinstance(e, ev.RemoteAttemptEnded)}
+    assert dispatched and set(ended) == set(dispatched)  # every attempt recorded, each before its end
+    assert {e.kind for e in dispatched.values()} == {"qa", "check"}
+    assert {e.node for e in dispatched.values()} <= set(cluster.nodes.values())
+    versions = {e.attempt_id: e.originator_version for e in recorded}
+    assert all(dispatched[key].originator_version < ended[key].originator_version for key in ended) and versions
+    assert engine.batch.remote_attempts.open == {}
+
+
+def rebuild_holds(engine: Any, store: str) -> bool:
+    from lanes_es.cli.main import main
+
+    return main(["--root", engine.root, "--store", store, "rebuild", engine.batch.id, "--check"]) == 0

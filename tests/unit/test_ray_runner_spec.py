@@ -73,3 +73,78 @@ def test_a_token_from_the_environment_a_file_or_rays_default_path_turns_token_mo
     env = {"HOME": str(tmp_path)}
     require_token_auth(env)
     assert env["RAY_AUTH_MODE"] == "token"
+
+
+def test_the_log_folds_the_attempts_sent_to_a_cluster_open_until_ended_or_lost() -> None:
+    from lanes_es.domain import events as ev
+    from lanes_es.domain.remote_attempts import RemoteAttempts
+
+    def sent(attempt_id: str) -> ev.RemoteAttemptDispatched:
+        return ev.RemoteAttemptDispatched(originator_id="b", originator_version=1, timestamp=None, at="t",  # type: ignore[arg-type]
+                                          attempt_id=attempt_id, kind="check", task_id="t0", node="n1", tree="x")
+
+    folded = RemoteAttempts()
+    for event in (sent("a1"), sent("a2"), sent("a3"),
+                  ev.RemoteAttemptEnded(originator_id="b", originator_version=4, timestamp=None, at="t",  # type: ignore[arg-type]
+                                        attempt_id="a1", node="n1", outcome="passed"),
+                  ev.RemoteAttemptLost(originator_id="b", originator_version=5, timestamp=None, at="t",  # type: ignore[arg-type]
+                                       attempt_id="a2", node="n1", detail="RayActorError")):
+        folded.fold(event)
+    assert list(folded.open) == ["a3"] and (folded.dispatched, folded.lost) == (3, 1)
+
+
+class _Cluster:
+    """RayCheckRunner's surface as RayChecks uses it: answers scripted per task."""
+
+    runner = "ray://10.0.0.5:10001"
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        self.answers = answers
+        self.asked: list[tuple[str, str, bool]] = []
+
+    def run_attempts(self, tree, task_id, intent, cancel=None, work="check"):  # noqa: ANN001, ANN201
+        return self.answers[task_id]
+
+    def collect(self, node: str, attempt_id: str, cancel: bool = False):  # noqa: ANN201
+        self.asked.append((node, attempt_id, cancel))
+        return self.answers[attempt_id]
+
+
+def _checks(answers: dict[str, object]):  # noqa: ANN202
+    from lanes_es.adapters.ray_checks import RayChecks
+
+    checks = RayChecks.__new__(RayChecks)
+    checks._notes, checks._lock = [], __import__("threading").Lock()
+    checks.cluster = _Cluster(answers)  # type: ignore[assignment]
+    return checks
+
+
+def test_a_check_on_the_cluster_answers_as_the_local_runner() -> None:
+    from lanes_es.adapters.ray_host import HostResult
+    from lanes_es.ports import Cancel, IntegrationError
+
+    checks = _checks({"ok": HostResult(attempt_id="1", findings=[]), "bad": HostResult(attempt_id="2", findings=["bad:A0"]),
+                      "broken": HostResult(attempt_id="3", error="no space left")})
+    assert checks.run_check(None, "ok", {}).findings == []
+    assert checks.run_check(None, "bad", {}).findings == ["bad:A0"]
+    with pytest.raises(IntegrationError, match="could not complete: no space left"):
+        checks.run_check(None, "broken", {})  # a run that could not complete is a failure, never a pass
+    cancel = Cancel()
+    cancel.set()
+    assert checks.run_check(None, "ok", {}, cancel).cancelled  # not even sent
+
+
+def test_an_earlier_coordinators_attempts_are_collected_cancelled_or_lost() -> None:
+    from types import SimpleNamespace
+
+    from lanes_es.adapters.ray_host import HostResult
+
+    checks = _checks({"done": HostResult(attempt_id="done", state="finished"),
+                      "busy": HostResult(attempt_id="busy", state="running"),
+                      "gone": HostResult(attempt_id="gone", state="unknown")})
+    sent = {key: SimpleNamespace(node="n1", task_id="t0", tree="x", kind="check") for key in ("done", "busy", "gone")}
+    checks.settle_open(sent)
+    assert checks.cluster.asked == [("n1", key, True) for key in ("done", "busy", "gone")]  # type: ignore[attr-defined]
+    assert [(note.kind, note.attempt_id, note.detail.split()[0]) for note in checks.drain()] == [
+        ("ended", "done", "collected"), ("ended", "busy", "cancelled"), ("lost", "gone", "its")]
+    assert checks.drain() == []

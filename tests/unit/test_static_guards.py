@@ -47,7 +47,7 @@ DELETE_CALLS = {"rmtree", "remove", "unlink", "rmdir", "removedirs"}
 OS_SPAWNS = re.compile(r"^(system|popen|spawn\w*|exec\w*|posix_spawn\w*)$")
 # The Ray runner (lanes_es/adapters/ray_cluster.py) also reads Ray's own token settings, which is how
 # Ray's documentation tells a client to authenticate, and quiets gRPC's informational lines.
-ENV_ALLOWED = re.compile(r"^(GIT_[A-Z_]+|LANES_ES_[A-Z_]+|PATH|RAY_AUTH_[A-Z_]+|GRPC_VERBOSITY)$")
+ENV_ALLOWED = re.compile(r"^(GIT_[A-Z_]+|LANES_ES_[A-Z_]+|PATH|RAY_AUTH_[A-Z_]+|GRPC_VERBOSITY|GRPC_ENABLE_FORK_SUPPORT)$")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,31 @@
+"""The attempts a batch sent to a Ray cluster's nodes, folded from its log (the `ray` runner).
+
+Pure. Every dispatch is an event (`RemoteAttemptDispatched`), and so is its end or its loss; the
+attempts dispatched with neither are *open*: a coordinator that starts after one that was killed reads
+them here, and collects or cancels each on its node before it runs anything (lanes_es/tick/remote.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import events as ev
+
+
+@dataclass
+class RemoteAttempts:
+    open: dict[str, ev.RemoteAttemptDispatched] = field(default_factory=dict)
+    dispatched: int = 0
+    lost: int = 0
+
+    def fold(self, event: Any) -> None:
+        kind = type(event)
+        if kind is ev.RemoteAttemptDispatched:
+            self.open[event.attempt_id] = event
+            self.dispatched += 1
+        elif kind is ev.RemoteAttemptEnded:
+            self.open.pop(event.attempt_id, None)
+        elif kind is ev.RemoteAttemptLost:
+            self.open.pop(event.attempt_id, None)
+            self.lost += 1
