@@ -129,6 +129,7 @@ class CandidateCheck(msgspec.Struct, frozen=True, kw_only=True):
     acceptance: str | None = None
     reused_from: int | None = None  # the log event whose passing verdict on the same inputs stands for it
     cancelled: bool = False  # cut short: a candidate it stood on failed
+    covered_by: str | None = None  # not run: it passed on this longer candidate of the round (domain `covering`)
 
 
 class CheckRun(msgspec.Struct, frozen=True, kw_only=True):

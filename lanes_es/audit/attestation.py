@@ -219,6 +219,11 @@ def acceptance_items(intent_bytes: bytes | None, task_id: str = "",
                    if check.get("task_id") == task_id and check.get("reused_from") is not None), None)
     if reused is not None:
         source += f"; the check was not run again: it had passed on byte-identical inputs (event {reused})"
+    covered = next((check.get("covered_by") for check in verification.get("checks") or []
+                    if check.get("task_id") == task_id and check.get("covered_by")), None)
+    if covered is not None:
+        source += (f"; the check was not run on this candidate: it passed on candidate {covered}, which carries "
+                   f"this candidate's Lanes and more")
     accepted = []
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict):

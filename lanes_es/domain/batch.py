@@ -91,7 +91,8 @@ class LaneBatch(ChainedAggregate):
                 self.passed_checks.setdefault(key, (event.originator_version, "Settled", None))
         elif kind is ev.CandidateVerified or kind is ev.Integrated:
             for check in event.checks:
-                if check.passed and check.tree and check.acceptance and not check.cancelled:
+                # A covered check did not run on this tree: it is no verdict on these inputs to reuse.
+                if check.passed and check.tree and check.acceptance and not check.cancelled and not check.covered_by:
                     key = reuse_key(check.task_id, check.acceptance, check.tree)
                     self.passed_checks.setdefault(key, (check.reused_from or event.originator_version,
                                                         kind.__name__, event.commit))

@@ -12,6 +12,13 @@ serial's.
 
 `batched` verifies only the top candidate (every Lane at once) and bisects on a failure,
 with a cap on verifications before it falls back to serial.
+
+A batched round lands every Lane of a passing top candidate without verifying the shorter
+candidates under it: a check that passes with more Lanes' work on top is taken to pass with
+less. `covering` applies that same assumption check by check (learning within the round): a
+task's check that passed on a longer candidate of the round, one that carries the candidate as
+its prefix, is not run again on it. So a bisection after a failure runs only the checks that
+failed (or were not run) above, not every check of each half again.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import math
 from dataclasses import dataclass, field
 
 Candidate = tuple[str, ...]
+CheckKey = tuple[str, str]  # a task's check: its task id and the digest of its acceptance
 
 CHECK_FAILED = "batch_integration_check_failed"
 
@@ -76,6 +84,22 @@ def schedule_speculative(lanes: list[str], verdicts: dict[Candidate, bool], widt
     on_chain = set(chain)
     discarded = [candidate for candidate in verdicts if candidate not in on_chain]
     return Schedule(decided=decided, to_verify=to_verify, discarded=discarded, chain=chain)
+
+
+def covering(candidate: Candidate, passed_on: dict[Candidate, set[CheckKey]]) -> dict[CheckKey, Candidate]:
+    """Each check (task id, acceptance digest) that passed on a longer candidate of the round carrying
+    `candidate` as its prefix (the same head, the same Lanes in the same order, and more on top), with the
+    shortest such candidate.
+
+    `passed_on`: the checks that ran and passed (not covered, not only on a flake rerun) on each candidate
+    verified so far. A candidate that is not an extension of this one (another Lane left out, or the
+    Lanes in another order) covers nothing: its tree is not this tree plus more work."""
+    found: dict[CheckKey, Candidate] = {}
+    for longer in sorted(passed_on, key=len):
+        if len(longer) > len(candidate) and longer[:len(candidate)] == candidate:
+            for key in passed_on[longer]:
+                found.setdefault(key, longer)
+    return found
 
 
 def bisection_cap(count: int) -> int:

@@ -140,11 +140,14 @@ class CheckVerdict(Payload, frozen=True, kw_only=True):
     # The check's inputs (None in older logs): `tree` is the identity of the tree it saw (`inputs.tree_identity`),
     # `acceptance` the digest of the acceptance it ran. `reused_from`: the version of the event whose passing
     # verdict on these very inputs stands for this one (nothing ran); `cancelled`: stopped unfinished, because
-    # a candidate it stood on failed (no verdict).
+    # a candidate it stood on failed (no verdict). `covered_by`: the commit of a longer candidate of the same
+    # round, carrying this one's Lanes and more on top, on which this check ran and passed; it did not run here
+    # (a batched round's assumption, check by check: docs/concepts/integration.md).
     tree: str | None = None
     acceptance: str | None = None
     reused_from: int | None = None
     cancelled: bool = False
+    covered_by: str | None = None
 
 
 class FinalVerificationReport(Payload, frozen=True, kw_only=True):

@@ -63,7 +63,7 @@ def check_verdict(check: CandidateCheck) -> ev.CheckVerdict:
     return ev.CheckVerdict(task_id=check.task_id, passed=not check.findings and not check.cancelled,
                            findings=list(check.findings), attempts=check.attempts, flaky=list(check.flaky),
                            outputs=list(check.outputs), tree=check.tree, acceptance=check.acceptance,
-                           reused_from=check.reused_from, cancelled=check.cancelled)
+                           reused_from=check.reused_from, cancelled=check.cancelled, covered_by=check.covered_by)
 
 
 def record_integration(ctx: TickContext, task_id: str, commit: str, checks: list[ev.CheckVerdict] | None = None) -> None:

@@ -12,6 +12,11 @@ A speculative round reacts as its checks end: the first failed check of a candid
 the candidates stacked on it are cancelled at once (their running checks killed) and rebuilt on
 the nearest passing candidate (Zuul's way), while the failed candidate's own checks run to their
 end (its park reason names every failed finding, as serial's does).
+
+A check that ran and passed on a candidate covers the same check on every shorter candidate of the round
+under it (a prefix: the same Lanes, fewer on top): it is not run there again (`covering`). A batched
+round's bisection after a failed top so runs only the checks that failed above, not every check of each
+half again.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ from typing import Any
 
 from lanes_es.domain.adaptive import choose_round, integration_outcomes
 from lanes_es.domain.candidates import (
-    ADAPTIVE, BATCHED, SERIAL, SPECULATIVE, Candidate, bisection_cap, schedule_batched, schedule_speculative,
+    ADAPTIVE, BATCHED, SERIAL, SPECULATIVE, Candidate, CheckKey, bisection_cap, covering, schedule_batched,
+    schedule_speculative,
 )
 from lanes_es.domain.record import expected_batch_head
-from lanes_es.ports import CandidateBuild, CandidateVerdict, IntegrationChild, IntegrationError, PortError
+from lanes_es.ports import (
+    CandidateBuild, CandidateChecks, CandidateVerdict, IntegrationChild, IntegrationError, PortError,
+)
 from lanes_es.tick import integrate, verification
 from lanes_es.tick.context import TickContext
 from lanes_es.tick.verification import CheckPool, Flight
@@ -52,6 +60,7 @@ class Round:
     flights: dict[Candidate, Flight] = field(default_factory=dict)  # candidates whose checks are under way
     cancelled: list[tuple[Candidate, Flight, list[str]]] = field(default_factory=list)  # stopping, not yet recorded
     changed: threading.Event = field(default_factory=threading.Event)  # a check ended somewhere
+    passed_on: dict[Candidate, set[CheckKey]] = field(default_factory=dict)  # checks that ran and passed, by candidate
 
     @property
     def lanes(self) -> list[str]:
@@ -247,11 +256,20 @@ def start(state: Round, pool: CheckPool, candidate: Candidate) -> None:
     except PortError as error:
         record_verdict(state, candidate, error)
         return
-    flight = verification.start_flight(ctx, pool, planned, list(candidate), len(candidate), state.changed)
+    flight = verification.start_flight(ctx, pool, planned, list(candidate), len(candidate), state.changed,
+                                       covered_checks(state, candidate, planned))
     if flight.done:
         record_verdict(state, candidate, flight.verdict())  # every check reused: nothing to wait for
         return
     state.flights[candidate] = flight
+
+
+def covered_checks(state: Round, candidate: Candidate, planned: CandidateChecks) -> dict[str, str]:
+    """The candidate's checks that passed on a longer candidate of this round carrying it (task id -> that
+    candidate's commit): not run again, as a batched round lands the Lanes under a passing top unverified."""
+    found = covering(candidate, state.passed_on)
+    keys = {check.task_id: (check.task_id, check.acceptance) for check in planned.checks}
+    return {task_id: _commit_of(state, found[key]) or "" for task_id, key in keys.items() if key in found}
 
 
 def build_chain(state: Round, candidates: list[Candidate]) -> list[Candidate]:
@@ -325,6 +343,9 @@ def record_verdict(state: Round, candidate: Candidate, result: CandidateVerdict 
         return
     checks = [integrate.check_verdict(check) for check in result.checks]
     state.verdicts[candidate] = result.passed
+    state.passed_on[candidate] = {(check.task_id, check.acceptance) for check in result.checks
+                                  if check.acceptance and not check.findings and not check.cancelled
+                                  and not check.flaky and check.covered_by is None}
     if not result.passed:
         state.failures[candidate] = IntegrationError(CHECK_FAILED, result.reason or "", candidate=commit,
                                                      checks=result.checks)

@@ -11,7 +11,9 @@ that writes the log:
   event (`CheckVerdictReused`) and on the check (`reused_from`);
 - order: the pool takes the waiting check with the lowest priority first (the shortest candidate, then
   plan order), so a failure low in a chain is known before the candidates stacked on it spend workers;
-- cancellation: a flight's `Cancel` kills its running commands and skips its waiting ones.
+- cancellation: a flight's `Cancel` kills its running commands and skips its waiting ones;
+- coverage: a round may name checks that passed on a longer candidate carrying this one (`covering` in
+  `domain/candidates.py`); they are not run, and their verdict says which candidate covered them.
 """
 
 from __future__ import annotations
@@ -133,9 +135,10 @@ class Flight:
 
 
 def start_flight(ctx: TickContext, pool: CheckPool, planned: CandidateChecks, lanes: list[str], priority: int,
-                 changed: threading.Event) -> Flight:
+                 changed: threading.Event, covered: dict[str, str] | None = None) -> Flight:
     """Queue the candidate's checks; a check whose passing verdict on these inputs the batch already holds is
-    not queued but reused, and the reuse recorded (`lanes`: the candidate's, for that event)."""
+    not queued but reused, and the reuse recorded (`lanes`: the candidate's, for that event); a check in
+    `covered` (task id -> the commit of a longer candidate of the round it passed on) is not queued either."""
     flight = Flight(planned=planned)
     flake_reruns = ctx.live.flake_reruns
     for index, check in enumerate(planned.checks):
@@ -147,6 +150,11 @@ def start_flight(ctx: TickContext, pool: CheckPool, planned: CandidateChecks, la
             flight.results[check.task_id] = CandidateCheck(
                 task_id=check.task_id, findings=[], tree=planned.tree_identity, acceptance=check.acceptance,
                 reused_from=version)
+            continue
+        if covered and check.task_id in covered:
+            flight.results[check.task_id] = CandidateCheck(
+                task_id=check.task_id, findings=[], tree=planned.tree_identity, acceptance=check.acceptance,
+                covered_by=covered[check.task_id])
             continue
         flight.pending += 1
         future = pool.submit((priority, index), _job(ctx.ports.check_runner, planned, check, flight.cancel,

@@ -123,6 +123,32 @@ def test_a_batched_round_verifies_the_top_candidate_only_and_says_so(tmp_path: P
     assert {check.task_id for check in verified[0].checks} == {"t0", "t1", "t2"}  # every check of the batch
 
 
+def test_a_batched_bisection_runs_only_the_checks_that_failed_on_the_candidate_above(tmp_path: Path, another_store):
+    """t2's work breaks t0's check. The top (t0, t1, t2) fails on t0's check only; the bisection's (t0, t1) runs
+    t0's check and takes t1's from the top, where it passed with more work on top; t2 parks on the top, as in
+    serial, for the same failed check."""
+    tasks = {"t0": Task(["t0.txt"], verification=fails_if_exists("t2.txt")), "t1": Task(["t1.txt"]),
+             "t2": Task(["t2.txt"])}
+    expected = outcome(run_batch(tmp_path, tasks, "serial", another_store())[0])
+    engine, _ = run_batch(tmp_path, tasks, "batched", another_store())
+    assert outcome(engine) == expected
+    assert [(c[0], c[1]) for c in expected["children"]] == [("t0", "integrated"), ("t1", "integrated"),
+                                                            ("t2", "needs_human")]
+    assert "t0:A1 failed on candidate" in expected["children"][2][2]
+    top, half = events_of(engine, ev.CandidateVerified)
+    assert (top.lanes, top.passed, half.lanes, half.passed) == (["t0", "t1", "t2"], False, ["t0", "t1"], True)
+    assert [(c.task_id, c.passed, c.covered_by) for c in top.checks] == [
+        ("t2", True, None), ("t0", False, None), ("t1", True, None)]
+    assert sorted((c.task_id, c.covered_by, bool(c.outputs)) for c in half.checks) == [
+        ("t0", None, True), ("t1", top.commit, False)]
+    # a covered check is no verdict on the half's tree: nothing reuses it
+    assert not any(key[0] == "t1" and value[2] == half.commit for key, value in engine.batch.passed_checks.items())
+    from lanes_es.audit.replay import replay
+
+    replayed = replay(engine.deps.store.events(engine.batch.id))
+    assert replayed.ok, replayed.failures
+
+
 @pytest.mark.parametrize("mode", ["serial", "speculative"])
 def test_a_released_sibling_is_rerun_too(tmp_path: Path, mode: str):
     """A deliberate difference from upstream, which drops a sibling from the rerun set once its Lane

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from lanes_es.domain.candidates import (
-    Candidate, bisection_cap, schedule_batched, schedule_speculative,
+    Candidate, bisection_cap, covering, schedule_batched, schedule_speculative,
 )
 
 
@@ -163,3 +163,96 @@ def test_a_failed_candidate_still_names_its_lanes_fate_while_one_under_it_is_und
     schedule = schedule_speculative(["l0", "l1", "l2", "l3"], verdicts)
     assert ("l0", "l1", "l2") in schedule.chain and ("l0", "l1", "l2") not in schedule.discarded
     assert ("l0", "l1", "l3") in schedule.to_verify and ("l0", "l1", "l2", "l3") not in schedule.chain
+
+
+# ---------------------------------------------------------------- coverage: a batched round learns check by check
+
+
+def breaking_checks(rng: random.Random, lanes: list[str]):
+    """Each Lane's own check; a check breaks when some Lane's work is on the candidate with it (before or after
+    it in plan order), as a later Lane's change breaks an earlier Lane's test. Adding work only ever breaks."""
+    breaks = {(a, b) for a in lanes for b in lanes if a != b and rng.random() < 0.12}
+
+    def failed(candidate: Candidate) -> list[str]:
+        return [lane for lane in candidate if any((lane, other) in breaks for other in candidate)]
+    return failed
+
+
+def serial_checks(lanes: list[str], failed) -> list[tuple[str, bool, Candidate, list[str]]]:
+    """Serial, every check of each candidate run: each decision with the failed checks its park names."""
+    accepted: list[str] = []
+    decided = []
+    for lane in lanes:
+        candidate = (*accepted, lane)
+        found = failed(candidate)
+        decided.append((lane, not found, candidate, found))
+        if not found:
+            accepted.append(lane)
+    return decided
+
+
+def batched_with_coverage(lanes: list[str], failed):
+    """A batched round as `tick/rounds.py` runs it: on each candidate, only the checks no longer candidate of the
+    round passed (`covering`); the others stand as passed. Returns the decisions with the failed checks of each
+    decided candidate, and the checks run."""
+    verdicts: dict[Candidate, bool] = {}
+    passed_on: dict[Candidate, set[tuple[str, str]]] = {}
+    failed_on: dict[Candidate, list[str]] = {}
+    runs = 0
+    while True:
+        step = schedule_batched(lanes, verdicts, len(verdicts))
+        if step.fall_back or step.verify is None:
+            decided = [(lane, passed, candidate, failed_on.get(candidate, [])) for lane, passed, candidate in step.decided]
+            if step.fall_back:  # the rest serially, on the head the batched part left, every check run
+                accepted = [lane for lane, passed, _, _ in decided if passed]
+                for lane in [lane for lane in lanes if lane not in {d[0] for d in decided}]:
+                    candidate = (*accepted, lane)
+                    found = failed(candidate)
+                    runs += len(candidate)
+                    decided.append((lane, not found, candidate, found))
+                    if not found:
+                        accepted.append(lane)
+            return decided, runs
+        candidate = step.verify
+        covered = covering(candidate, passed_on)
+        ran = [lane for lane in candidate if (lane, "acceptance") not in covered]
+        runs += len(ran)
+        found = [lane for lane in failed(candidate) if lane in ran]
+        verdicts[candidate] = not found
+        failed_on[candidate] = found
+        passed_on[candidate] = {(lane, "acceptance") for lane in ran if lane not in found}
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_a_batched_round_with_coverage_decides_and_parks_for_the_reasons_serial_does(seed: int):
+    """Differential: the same Lanes integrate on the same candidates, and a parked Lane's candidate names the
+    same failed checks as serial's, where every check of every candidate ran."""
+    rng = random.Random(seed)
+    lanes = LANES[:rng.randint(1, 8)]
+    failed = breaking_checks(rng, lanes)
+    decided, runs = batched_with_coverage(lanes, failed)
+    assert decided == serial_checks(lanes, failed)
+
+
+def test_coverage_is_only_from_longer_candidates_carrying_this_one():
+    passed_on = {("a", "b", "c"): {("a", "x"), ("b", "x")}, ("a", "c"): {("c", "x")}, ("b",): {("b", "x")},
+                 ("a", "b"): {("a", "x")}}
+    assert covering(("a", "b"), passed_on) == {("a", "x"): ("a", "b", "c"), ("b", "x"): ("a", "b", "c")}
+    assert covering(("a",), passed_on) == {("a", "x"): ("a", "b"), ("b", "x"): ("a", "b", "c"),
+                                            ("c", "x"): ("a", "c")}
+    assert covering(("a", "b", "c"), passed_on) == {}  # not by itself, nor by a shorter one
+    assert covering(("b", "a"), passed_on) == {}  # the same Lanes in another order: another tree
+
+
+def test_a_later_lane_breaking_an_earlier_lanes_check_costs_its_failed_check_per_bisection_step():
+    """The real-repository benchmark's conflict: of 7 Lanes, the fifth breaks the second's check. The top runs
+    7 checks; the bisection (4, 6 and 5 Lanes) runs only that check; the rest (6 Lanes, not a prefix of any
+    candidate verified) runs all 6: 16 runs where every check of every candidate is 7 + 4 + 6 + 5 + 6 = 28."""
+    lanes = LANES[:7]
+
+    def failed(candidate: Candidate) -> list[str]:
+        return ["l1"] if "l1" in candidate and "l4" in candidate else []
+    decided, runs = batched_with_coverage(lanes, failed)
+    assert decided == serial_checks(lanes, failed)
+    assert [lane for lane, passed, _, _ in decided if not passed] == ["l4"]
+    assert runs == 16
