@@ -210,6 +210,7 @@ class GitLanes:
         self._listings: dict[str, dict[str, TreeEntry]] = {}  # commit -> its full listing
         self._blobs: dict[str, bytes] = {}
         self._content_digests: dict[tuple[str, str], str] = {}  # (blob, mode) -> protected-input digest
+        self._audit_listings: dict[tuple[str, str], set[str] | None] = {}  # (root, commit) -> its .imm/audit files
 
     # ------------------------------------------------------------ coordinator and Lanes
 
@@ -657,15 +658,20 @@ class GitLanes:
         return None
 
     def audit_reachable(self, root: str, head: str, task_id: str) -> bool:
-        """A directory under `.imm/audit/<task>` in `head`'s tree holds both files of the audit pair."""
+        """A directory under `.imm/audit/<task>` in `head`'s tree holds both files of the audit pair (one `ls-tree`
+        per commit and tick, whatever the Lanes asked about)."""
         if not is_valid_id(task_id):
             return False
         audit = f".imm/audit/{task_id}"
-        listing = git_ok(root, "ls-tree", "-r", "-z", "--name-only", "--full-tree", head, "--", audit)
-        if listing.exit_code != 0:
+        # One listing of the commit's `.imm/audit` serves every Lane a tick releases (a commit never changes).
+        if (root, head) not in self._audit_listings:
+            listing = git_ok(root, "ls-tree", "-r", "-z", "--name-only", "--full-tree", head, "--", ".imm/audit")
+            self._audit_listings[(root, head)] = (set(listing.stdout.decode("utf-8", "replace").split("\0"))
+                                                  if listing.exit_code == 0 else None)
+        listed = self._audit_listings[(root, head)]
+        if listed is None:
             return False
-        files = {path for path in listing.stdout.decode("utf-8", "replace").split("\0")
-                 if path == audit or path.startswith(audit + "/")}
+        files = {path for path in listed if path == audit or path.startswith(audit + "/")}
         directories = {path.rsplit("/", 1)[0] for path in files}
         return any(f"{directory}/{AUDIT_RECORD}" in files and f"{directory}/{AUDIT_PROOF}" in files
                    for directory in directories)

@@ -7,7 +7,8 @@
   recorded since its last attempt); ExecutorRunStarted is recorded, then the process starts. A batch
   that is busy (another tick holds its lock) starts nothing this round.
 - `exhaust`: a task whose budget is spent: ExecutorBudgetExhausted, once.
-- `end`: ExecutorRunFinished, or ExecutorRunKilled with why, from the attempt's result file.
+- `end`: ExecutorRunFinished, or ExecutorRunKilled with why, from the attempt's result file (the attempts
+  that ended since the last round in one save).
 - `settle_open`: an attempt the log holds as under way with no process of this autopilot on it (the
   autopilot that started it was killed) is recorded from the result file it left, or as lost.
 An end that cannot be recorded now (a busy batch) is kept and recorded on a later round.
@@ -106,25 +107,37 @@ class AttemptLog:
             return False
         return True
 
-    def end(self, batch_id: str, finished: Finished) -> None:
-        if finished.attempt >= 1:
-            self.write_down(batch_id, finished.task_id, finished.attempt, finished.result)
+    def end(self, batch_id: str, finished: list[Finished]) -> None:
+        """The ends of the attempts that exited since the last round, recorded together (one save and one
+        checkpoint, two git spawns, for all: Executors that wait for each other exit at once, just before
+        the tick that takes their work)."""
+        for done in finished:
+            if done.attempt >= 1:
+                self.unrecorded.append((batch_id, done.task_id, done.attempt, done.result))
+        self.flush()
 
     def write_down(self, batch_id: str, task_id: str, attempt: int, result: AttemptResult | None) -> None:
         self.unrecorded.append((batch_id, task_id, attempt, result))
         self.flush()
 
     def flush(self) -> None:
-        """Record every end not yet recorded, in order; a busy batch or a store outage keeps the rest for a later
-        round."""
+        """Record every end not yet recorded, in order, the ends of one batch in one save; a busy batch or a store
+        outage keeps the rest for a later round."""
         while self.unrecorded:
-            batch_id, task_id, attempt, result = self.unrecorded[0]
+            batch_id = self.unrecorded[0][0]
+            count = next((index for index, pending in enumerate(self.unrecorded) if pending[0] != batch_id),
+                         len(self.unrecorded))
+            ends = self.unrecorded[:count]
+
+            def change(live: LaneBatch, now: str) -> None:
+                for _, task_id, attempt, result in ends:
+                    record_end(live, now, task_id, attempt, result)
             try:
-                batch = self.record(batch_id, lambda live, now: record_end(live, now, task_id, attempt, result))
+                batch = self.record(batch_id, change)
             except (StoreConflict, StoreOutage):
                 return
             self.spent = batch.executor_runs.spent_in_all()
-            self.unrecorded.pop(0)
+            del self.unrecorded[:count]
 
     def settle_open(self, batch_id: str) -> list[str]:
         """Attempts the log holds as under way that no process of this autopilot works on: recorded from their

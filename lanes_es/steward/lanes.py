@@ -75,13 +75,28 @@ class Steward:
         self.root = root
         self.lanes_dir = lanes_dir
         self._worktrees: dict[str, Worktree] | None = None
+        self._branches: dict[str, str] | None = None  # refs/heads/... -> the commit it names
 
     def lane_path(self, task_id: str) -> Path:
         return self.lanes_dir / task_id
 
     def begin_round(self) -> None:
-        """Forget the worktree list: one `git worktree list` serves every move of a round."""
+        """Forget the worktree and branch lists: one `git worktree list` and one `for-each-ref` serve every move
+        of a round."""
         self._worktrees = None
+        self._branches = None
+
+    def branch_tip(self, ref: str) -> str | None:
+        """The commit a local branch names, None when there is none (or it names no commit)."""
+        if self._branches is None:
+            listed = git(self.root, "for-each-ref", "--format=%(refname)%00%(objectname)%00%(objecttype)",
+                         "refs/heads/")
+            self._branches = {}
+            for line in listed.stdout.decode("utf-8", "surrogateescape").splitlines():
+                name, sha, kind = (line.split("\0") + ["", ""])[:3]
+                if kind == "commit":
+                    self._branches[name] = sha
+        return self._branches.get(ref)
 
     def worktrees(self) -> dict[str, Worktree]:
         if self._worktrees is None:
@@ -91,6 +106,8 @@ class Steward:
     def _added(self, path: Path, lane_branch: str, head: str) -> None:
         real = os.path.realpath(path)
         self.worktrees()[real] = Worktree(path=real, head=head, branch=f"refs/heads/{lane_branch}")
+        if self._branches is not None:
+            self._branches[f"refs/heads/{lane_branch}"] = head
 
     def provision(self, task_id: str, lane_branch: str, base_head: str) -> str:
         """The task's Lane on `lane_branch` at `base_head`, made or found; StewardRefusal otherwise.
@@ -116,16 +133,23 @@ class Steward:
         if holder is not None:
             raise StewardRefusal(task_id, f"branch {lane_branch} is checked out at {holder.path}; offer that Lane "
                                           f"by hand (lanes-es tick --offer) or remove it, then run again")
-        tip = git_ok(self.root, "rev-parse", "--verify", "-q", f"{ref}^{{commit}}")
+        tip = self.branch_tip(ref)
         self.lanes_dir.mkdir(parents=True, exist_ok=True)
-        if tip.exit_code != 0:
-            git(self.root, "worktree", "add", "-q", "-b", lane_branch, str(path), base_head)
-            self._added(path, lane_branch, base_head)
-            return str(path)
-        self._check_forward(task_id, lane_branch, tip.text, base_head)
+        if tip is None:
+            added = git_ok(self.root, "worktree", "add", "-q", "-b", lane_branch, str(path), base_head)
+            if added.exit_code == 0:
+                self._added(path, lane_branch, base_head)
+                return str(path)
+            # The branch may have been made since the round listed them (git refuses -b before it makes
+            # anything): listed again, it is taken as found.
+            self._branches = None
+            tip = self.branch_tip(ref)
+            if tip is None:
+                raise GitFailure(f"git worktree add failed ({added.exit_code}): {added.error_text}")
+        self._check_forward(task_id, lane_branch, tip, base_head)
         git(self.root, "worktree", "add", "-q", str(path), lane_branch)
-        self._added(path, lane_branch, tip.text)
-        self._bring_forward(task_id, str(path), tip.text, base_head)
+        self._added(path, lane_branch, tip)
+        self._bring_forward(task_id, str(path), tip, base_head)
         return str(path)
 
     def _check_forward(self, task_id: str, lane_branch: str, head: str, base_head: str) -> None:
@@ -163,17 +187,18 @@ class Steward:
             return "it is not a worktree of this repository any more"
         if existing.branch != f"refs/heads/{lane_branch}":
             return f"it is not on {lane_branch} any more"
-        dirty = self.dirt(path)
-        if dirty is not None:
-            return dirty
+        # git removes only a clean worktree (no change to a tracked file, no untracked file: what `dirt` lists);
+        # what made it refuse is read only then, to say it.
         removed = git_ok(self.root, "worktree", "remove", path)
         if removed.exit_code != 0:
-            return f"git worktree remove refused: {removed.error_text}"
+            return self.dirt(path) or f"git worktree remove refused: {removed.error_text}"
         self.worktrees().pop(os.path.realpath(path), None)
         if integrated_commit is not None:
             # The batch branch holds the Lane's work: its branch goes too, and only while it still points
             # at the lane commit that was integrated (a compare-and-delete); anything else is kept.
             git_ok(self.root, "update-ref", "-d", f"refs/heads/{lane_branch}", integrated_commit)
+            if self._branches is not None:
+                self._branches.pop(f"refs/heads/{lane_branch}", None)
         return None
 
     def dirt(self, path: str) -> str | None:

@@ -370,9 +370,9 @@ class Autopilot:
                 self.executors.wait_for_exit(self.poll)
 
     def tell_exits(self, finished: list[Any]) -> bool:
+        if finished and self.attempts is not None and self.report is not None:
+            self.attempts.end(self.report["batch_id"], finished)
         for done in finished:
-            if self.attempts is not None and self.report is not None:
-                self.attempts.end(self.report["batch_id"], done)
             self.tell("executor_exited", f"executor: {done.task_id} {ended_text(done)} (log {done.log})",
                       task_id=done.task_id, exit_code=done.exit_code, seconds=round(done.seconds, 3),
                       log=str(done.log), attempt=done.attempt,

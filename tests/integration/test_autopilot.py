@@ -279,6 +279,31 @@ def test_the_steward_makes_reuses_and_fast_forwards_lanes_but_never_moves_other_
     assert (Path(made) / "src" / "one.txt").read_text() == "uncommitted\n"
 
 
+def test_the_steward_lists_branches_once_a_round_and_asks_git_to_remove_only_a_clean_lane(repo, tmp_path):
+    from lanes_es.adapters.git import STATS
+
+    steward, base = Steward(repo, tmp_path / "lanes"), head(repo)
+    run_git(repo, "branch", "imm-lane/six/b", base)
+    steward.begin_round()
+    STATS.reset()
+    made = [steward.provision(task, f"imm-lane/six/{task}", base) for task in ("a", "b", "c")]
+    assert STATS.spawns == 5  # worktree list, for-each-ref, three worktree add
+    assert [head(lane) for lane in made] == [base] * 3
+    STATS.reset()
+    assert steward.release(made[0], "imm-lane/six/a", base) is None
+    assert STATS.spawns == 2 and not Path(made[0]).exists()  # worktree remove, the branch's update-ref
+    assert git_ok_code(repo, "rev-parse", "--verify", "-q", "refs/heads/imm-lane/six/a") != 0
+    write_file(made[1], "scratch.txt", "left\n")
+    assert steward.release(made[1], "imm-lane/six/b") == "it is dirty (1 changed path: scratch.txt)"
+    assert (Path(made[1]) / "scratch.txt").exists()
+
+
+def git_ok_code(root: str, *args: str) -> int:
+    import subprocess
+
+    return subprocess.run(["git", "-C", root, *args], capture_output=True).returncode
+
+
 def test_failed_qa_starts_the_executor_again_then_stops_for_the_coordinators_correction(tmp_path, monkeypatch,
                                                                                      store_url):
     solo = {"solo": intent_json("solo", ["solo.txt"], verification=holds_line("solo.txt", "the right thing"))}

@@ -248,10 +248,13 @@ def test_audit_pair_is_found_only_complete_for_the_named_task_at_the_given_head(
     only_record = commit_all(repo, "record only", batch_identity=False)
     write_audit_pair(repo, "task-a", "run-1")
     both = commit_all(repo, "pair", batch_identity=False)
+    STATS.reset()
     assert lanes.audit_reachable(repo, only_record, "task-a") is False
     assert lanes.audit_reachable(repo, both, "task-a") is True
     assert lanes.audit_reachable(repo, both, "task-b") is False
     assert lanes.audit_reachable(repo, base, "task-a") is False
+    assert lanes.audit_reachable(repo, both, "task-a") is True
+    assert STATS.spawns == 3  # one listing per commit, whatever the tasks asked about
     assert record_path.startswith(".imm/audit/task-a/run-1/")
 
 
