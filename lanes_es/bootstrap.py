@@ -122,6 +122,13 @@ class RealAdapters:
         ports.kernel.run_qa = checks.run_qa  # a Lane's QA: its files go to a node, its verdict comes back
         return ports
 
+    def remote_attempts(self, runner: str, batch_id: str) -> Any:
+        """How the autopilot reaches the Ray cluster `runner` for Executor attempts: connect(journal), a runner
+        whose notes go to `journal` (lanes_es/steward/remote_run.py)."""
+        from lanes_es.adapters.ray_runner import RayCheckRunner
+
+        return lambda journal: RayCheckRunner(runner, batch_id, journal)
+
     def head(self, root: str) -> str:
         from lanes_es.adapters.git import git_ok
 

@@ -29,3 +29,15 @@ class RemoteAttempts:
         elif kind is ev.RemoteAttemptLost:
             self.open.pop(event.attempt_id, None)
             self.lost += 1
+
+
+def record_remote_notes(batch: Any, at: str, notes: list[Any]) -> None:
+    """Record a Ray runner's notes (`kind` dispatched, ended or lost; lanes_es/adapters/ray_runner.py
+    AttemptNote) on `batch` (a LaneBatch) as events, in their order."""
+    for note in notes:
+        if note.kind == "dispatched":
+            batch.note_remote_dispatched(at, note.attempt_id, note.work, note.task_id, note.node, note.tree)
+        elif note.kind == "ended":
+            batch.note_remote_ended(at, note.attempt_id, note.node, note.detail)
+        else:
+            batch.note_remote_lost(at, note.attempt_id, note.node, note.detail)

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from lanes_es.adapters.store import StoreConflict, StoreOutage
 from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
+from lanes_es.domain.remote_attempts import record_remote_notes
 from lanes_es.domain.executor_budget import Exhausted, decide_start
 from lanes_es.domain.executor_runs import Spent
 from lanes_es.executors.attempt import AttemptResult
@@ -110,7 +111,14 @@ class AttemptLog:
     def end(self, batch_id: str, finished: list[Finished]) -> None:
         """The ends of the attempts that exited since the last round, recorded together (one save and one
         checkpoint, two git spawns, for all: Executors that wait for each other exit at once, just before
-        the tick that takes their work)."""
+        the tick that takes their work). An attempt on a Ray node has its dispatch, and its end or loss
+        there, recorded before."""
+        notes = [note for done in finished for note in done.notes]
+        if notes:
+            try:
+                self.record(batch_id, lambda live, now: record_remote_notes(live, now, notes))
+            except (StoreConflict, StoreOutage):
+                pass  # the attempts' own ends are still recorded, below or on a later round
         for done in finished:
             if done.attempt >= 1:
                 self.unrecorded.append((batch_id, done.task_id, done.attempt, done.result))

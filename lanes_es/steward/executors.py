@@ -95,6 +95,10 @@ class Launch:
     prompt_sha256: str | None = None
     limits: AttemptLimits | None = None
     spec: AttemptSpec | None = None
+    # A named agent's prompt and contract variables, for an attempt on a Ray node (kept out of the log).
+    prompt: str | None = None
+    contract: dict[str, str] | None = None
+    scope: list[str] | None = None
 
 
 @dataclass
@@ -118,6 +122,7 @@ class Finished:
     log: Path
     attempt: int = 0
     result: AttemptResult | None = None  # as its result file says; None when it left none
+    notes: list[Any] = field(default_factory=list)  # an attempt on a Ray node: what its runner noted
 
 
 class Executors:
@@ -136,6 +141,9 @@ class Executors:
         self.extra_env = dict(extra_env or {})
         self.agent = agent
         self.attempt_seconds = attempt_seconds
+        # The `ray` runner: connect(journal) -> a RayCheckRunner; a named agent's attempts then run on its nodes
+        # (lanes_es/steward/remote_run.py). None: on this machine.
+        self.remote: Callable[[Callable[[Any], None]], Any] | None = None
         self.running: dict[str, Running] = {}
         self.finished: dict[str, Finished] = {}
         self.exited = threading.Event()  # set when an Executor this autopilot started exits
@@ -193,7 +201,8 @@ class Executors:
         return Launch(**common, argv=[sys.executable, "-P", "-m", "lanes_es.executors.attempt",
                                       str(self.spec_path(task_id, attempt))],
                       env=env, adapter=self.agent.name, recorded_argv=argv_for_the_record(agent_argv, prompt, digest),
-                      obligation=assignment.obligation, prompt_sha256=digest, limits=limits, spec=spec)
+                      obligation=assignment.obligation, prompt_sha256=digest, limits=limits, spec=spec,
+                      prompt=prompt, contract=contract, scope=_scope_of(intent_text))
 
     def launch(self, launch: Launch) -> Running:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -203,6 +212,8 @@ class Executors:
         if launch.spec is not None:
             write_atomically(self.spec_path(task_id, launch.attempt), msgspec.json.encode(launch.spec))
         log = self.logs_dir / f"{task_id}.log"
+        if self.remote is not None and launch.spec is not None and self.agent is not None:
+            return self._launch_remote(launch, log)
         with open(log, "ab") as sink:
             sink.write(f"--- lanes-es run: attempt {launch.attempt}: {shlex.join(launch.recorded_argv)} in "
                        f"{launch.lane} (record revision {launch.record_revision})\n".encode())
@@ -221,10 +232,25 @@ class Executors:
             "attempt": launch.attempt, "adapter": launch.adapter, "started_at": running.started_at}) + "\n")
         return running
 
+    def _launch_remote(self, launch: Launch, log: Path) -> Running:
+        """The attempt on a node of the cluster (no pid file: no process here for a later autopilot to adopt)."""
+        from lanes_es.steward.remote_run import RemoteRun
+
+        assert self.remote is not None and self.agent is not None
+        with open(log, "ab") as sink:
+            sink.write(f"--- lanes-es run: attempt {launch.attempt}: {shlex.join(launch.recorded_argv)} on the Ray "
+                       f"cluster, for {launch.lane} (record revision {launch.record_revision})\n".encode())
+        process = RemoteRun(self.remote, launch, log, launch.scope or [], self.exited, self.agent.program)
+        running = Running(launch.task_id, process, self.clock(), launch.record_revision, log,  # type: ignore[arg-type]
+                          launch.attempt, launch.adapter)
+        self.running[launch.task_id] = running
+        return running
+
     def stop(self, task_id: str, reason: str, detail: str) -> None:
-        """Ask a running agent attempt to end (its process kills the agent and records why); a command is left."""
+        """Ask a running agent attempt to end (its process kills the agent and records why); a command is left,
+        and so is an attempt on a Ray node (its node holds it to its limits)."""
         running = self.running.get(task_id)
-        if running is None or running.adapter == COMMAND:
+        if running is None or running.adapter == COMMAND or running.process.pid is None:
             return
         write_atomically(self.stop_path(task_id), msgspec.json.encode(StopRequest(reason=reason, detail=detail)))
         try:
@@ -323,7 +349,7 @@ class Executors:
                 continue
             seconds = self.clock() - running.started
             finished = Finished(task_id, code, seconds, running.record_revision, running.log, running.attempt,
-                                self.result_of(running, code))
+                                self.result_of(running, code), list(getattr(running.process, "notes", [])))
             self.finished[task_id] = finished
             del self.running[task_id]
             self.pid_file(task_id).unlink(missing_ok=True)
@@ -361,3 +387,14 @@ def lanes_es_command() -> list[str]:
     if script.is_file() and os.access(script, os.X_OK):
         return [str(script)]
     return [sys.executable, "-P", "-m", "lanes_es.cli.main"]
+
+
+def _scope_of(intent_text: str) -> list[str]:
+    """The task's scope as its intent names it: what a delivery from a Ray node may touch."""
+    from lanes_es.domain.jstext import parse_json
+
+    try:
+        scope = parse_json(intent_text).get("scope_hint", [])
+    except (ValueError, AttributeError):
+        return []
+    return [entry for entry in scope if isinstance(entry, str)] if isinstance(scope, list) else []

@@ -98,6 +98,7 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
     try:
         lease.take(options.wait, waiting_for)
         confirm_batch(deps, slug, options, note, ask)
+        on_cluster(deps, slug, executors)
         refuse_unbounded_budgets(recorded_budgets(deps, slug), executors.agent)
         return autopilot.run()
     except ExecutorUnavailable as error:
@@ -138,6 +139,16 @@ def confirm_batch(deps: Deps, slug: str, options: AutopilotOptions, out: Out,
 
     confirmation, _ = pass_gate(deps, slug, options.batch, ask_here)
     out(f"confirmed {confirmation.batch_id} (max_parallel {confirmation.max_parallel})")
+
+
+def on_cluster(deps: Deps, slug: str, executors: Any) -> None:
+    """A named agent's attempts on the Ray cluster the batch's authorization names (its runner), if it names one.
+    An --executor command runs here whatever the runner: it is a program of this machine."""
+    from lanes_es.domain.runner import is_ray
+
+    current = current_authorization(deps, slug)
+    if current is not None and is_ray(current.runner) and executors.agent is not None:
+        executors.remote = deps.adapters.remote_attempts(current.runner, current.batch_id)
 
 
 def changes_budgets(deps: Deps, slug: str, options: BatchOptions) -> bool:

@@ -15,6 +15,7 @@ from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.observation import lane_unreadable_reason  # noqa: F401 - re-exported
 from lanes_es.domain.ids import batch_branch_name, parse_timestamp
 from lanes_es.domain.record import IN_FLIGHT, prepared_record
+from lanes_es.domain.remote_attempts import record_remote_notes
 from lanes_es.domain.report import NEXT_REJECTED_PARAMETERS, lane_report
 from lanes_es.domain.scheduling import startable_children
 from lanes_es.ports import Lineage, PortError
@@ -111,14 +112,7 @@ class TickContext:
         if journal is None or self.batch is None:
             return False
         notes = journal.drain()
-        for note in notes:
-            if note.kind == "dispatched":
-                self.live.note_remote_dispatched(self.now, note.attempt_id, note.work, note.task_id, note.node,
-                                                 note.tree)
-            elif note.kind == "ended":
-                self.live.note_remote_ended(self.now, note.attempt_id, note.node, note.detail)
-            else:
-                self.live.note_remote_lost(self.now, note.attempt_id, note.node, note.detail)
+        record_remote_notes(self.live, self.now, notes)
         return bool(notes)
 
     # ------------------------------------------------------------ reports

@@ -10,6 +10,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Iterator
 
 import pytest
@@ -30,7 +31,9 @@ def agent_scenario(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cluster(agent_scenario: Path) -> Iterator[LocalRayCluster]:
     """The cluster, and its token in this process's environment (Ray reads it when it is first imported:
     nothing here imports Ray before)."""
-    with local_ray_cluster(node_env={"FAKE_AGENT_SCENARIO": str(agent_scenario)}) as started:
+    # The nodes' own environment: the fake agents on their PATH, as a real agent is installed on a node.
+    node_env = {"FAKE_AGENT_SCENARIO": str(agent_scenario), "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}"}
+    with local_ray_cluster(node_env=node_env) as started:
         saved = {key: os.environ.get(key) for key in started.env()}
         os.environ.update(started.env())
         try:
@@ -150,29 +153,6 @@ def test_an_executor_attempt_runs_on_a_node_and_its_delivery_comes_back_checked_
     assert [note.kind for note in notes] == ["dispatched", "ended", "dispatched", "ended"]
 
 
-def test_a_node_removed_mid_check_loses_its_checks_to_the_other_nodes(cluster: LocalRayCluster,
-                                                                      tree: CandidateTree) -> None:
-    """Last in the module: the cluster keeps two nodes after it."""
-    from lanes_es.adapters.ray_runner import RayCheckRunner
-
-    notes: list[Any] = []
-    runner = RayCheckRunner(cluster.runner, "batch-ray-test", notes.append)
-    slow = intent(["-c", "import time; time.sleep(4)"])
-    with ThreadPoolExecutor(36) as pool:
-        futures = [pool.submit(runner.run_attempts, tree, f"task-{index}", slow) for index in range(36)]
-        while sum(note.kind == "dispatched" for note in notes) < 36:
-            pass
-        cluster.remove_node("b")
-        results = [future.result() for future in futures]
-    gone = cluster.nodes["b"]
-    lost = [note for note in notes if note.kind == "lost"]
-    assert lost and all(note.node == gone for note in lost)
-    assert all(result.findings == [] and result.error is None and result.node != gone for result in results)
-    # Every lost check ran again elsewhere: one more dispatch each, and only the live attempt's result counts.
-    assert sum(note.kind == "dispatched" for note in notes) == 36 + len(lost)
-    assert {result.attempt_id for result in results}.isdisjoint({note.attempt_id for note in lost})
-
-
 # ---------------------------------------------------------------- batches on the cluster, through the tick
 
 
@@ -262,3 +242,100 @@ def rebuild_holds(engine: Any, store: str) -> bool:
     from lanes_es.cli.main import main
 
     return main(["--root", engine.root, "--store", store, "rebuild", engine.batch.id, "--check"]) == 0
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "postgresql"], indirect=True)
+def test_lanes_es_run_on_the_cluster_runs_the_agents_there_and_integrates_their_deliveries(
+        cluster: LocalRayCluster, agent_scenario: Path, tmp_path: Path, store_url: str) -> None:
+    """`lanes-es run --runner ray://... --executor claude-code`, the real command line: each attempt runs on a node
+    (in a checkout there, not in the Lane), its delivery is written into the Lane and submitted; greet's first
+    delivery fails its QA on a node, and the rework's prompt quotes the reason the node gave; both integrate."""
+    import subprocess
+    import sys
+
+    from lanes_es.domain import events as ev
+    from tests.engine import Task, initiative_markdown
+    from tests.gitfixtures import git_out, intent_json, make_repo
+
+    checks = {"greet": ("src/greet.py", "Hello"), "farewell": ("src/farewell.py", "Goodbye")}
+    intents = {task: intent_json(task, [path], verification=descriptor(
+        ["-c", f"import sys; text = open({path!r}).read(); print('found ' + repr(text)); "
+               f"sys.exit({word!r} not in text)"]), goal=f"Write {path}") for task, (path, word) in checks.items()}
+    repo = make_repo(tmp_path / "repo", intents=intents, files={
+        "docs/initiatives/greetings.md": initiative_markdown({task: Task([path]) for task, (path, _) in checks.items()})})
+    agent_scenario.write_text(json.dumps({"record": str(tmp_path / "calls"), "tasks": {
+        "greet": [{"write": {"src/greet.py": "Hi\n"}, "tokens_in": 100}, {"write": {"src/greet.py": "Hello\n"}}],
+        "farewell": [{"write": {"src/farewell.py": "Goodbye\n"}, "tokens_in": 50}]}}))
+    env = {**os.environ, **cluster.env(), "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}"}
+    lanes = tmp_path / "lanes"
+    done = subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "--root", repo, "run", "greetings",
+                           "--max-parallel", "2", "--lanes-dir", str(lanes), "--executor", "claude-code", "--yes",
+                           "--poll", "0.05", "--runner", cluster.runner], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert git_out(repo, "show", "imm/greetings:src/greet.py") == "Hello"
+    assert git_out(repo, "show", "imm/greetings:src/farewell.py") == "Goodbye"
+    made = [json.loads(line) for task in ("greet", "farewell")
+            for line in (tmp_path / "calls" / f"{task}.jsonl").read_text().splitlines()]
+    assert len(made) == 3 and all(not call["cwd"].startswith(str(lanes)) for call in made)  # on the nodes
+    assert "found 'Hi\\n'" in made[1]["prompt"]  # the rework quotes the reason QA gave on its node
+
+    from lanes_es.bootstrap import bootstrap
+
+    deps = bootstrap(repo, read_only=True)
+    batch_id = deps.store.initiative("greetings").authorizations[-1].batch_id
+    events = deps.store.events(batch_id)
+    sent = [event for event in events if isinstance(event, ev.RemoteAttemptDispatched)]
+    assert sorted(event.task_id for event in sent if event.kind == "executor") == ["farewell", "greet", "greet"]
+    assert {event.kind for event in sent} == {"executor", "qa", "check"}
+    finished = [event for event in events if isinstance(event, ev.ExecutorRunFinished)]
+    assert [(event.task_id, event.submitted) for event in finished].count(("greet", True)) == 2
+    assert deps.store.batch(batch_id).remote_attempts.open == {}
+    assert rebuild_holds(SimpleNamespace(root=repo, batch=SimpleNamespace(id=batch_id)), store_url)
+
+
+@pytest.mark.parametrize("store_url, node", [("sqlite", "b"), ("postgresql", "c")], indirect=["store_url"])
+def test_a_node_removed_in_the_middle_of_a_round_converges_with_the_loss_in_the_log(
+        cluster: LocalRayCluster, tmp_path: Path, store_url: str, node: str) -> None:
+    """Last in the module (each run takes a node away): four Lanes settle in one tick, their QA and the round's
+    ten candidate checks run on the nodes; once candidate checks run, a node is switched off. Its checks are
+    lost, recorded so, and run again on the others; every Lane integrates once (no commit twice), no
+    attempt stays open, and the projections rebuild from the log."""
+    import threading
+
+    from lanes_es.domain import events as ev
+    from tests.engine import Engine, Task
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    slow = descriptor(["-c", f"import os, time, uuid; open(os.path.join({str(markers)!r}, uuid.uuid4().hex), 'w')"
+                             f".close(); time.sleep(3)"])
+    tasks = {f"t{index}": Task([f"t{index}.txt"], verification=slow) for index in range(4)}
+    engine = Engine.create(tmp_path, tasks)
+    engine.authorize(max_parallel=4, integration="speculative", verify_workers=10, runner=cluster.runner)
+    report = engine.tick()
+    engine.tick(offers={task: engine.provision(task, report) for task in tasks})
+    for task in tasks:
+        engine.deliver(task, f"{task}.txt", f"{task}\n")
+    ticked: dict[str, Any] = {}
+    round_tick = threading.Thread(target=lambda: ticked.update(report=engine.tick()))
+    round_tick.start()
+    while len(list(markers.iterdir())) < len(tasks) + 4 and round_tick.is_alive():  # QA's four, then the round's
+        round_tick.join(0.05)
+    assert round_tick.is_alive(), "the round ended before the node could be switched off"
+    cluster.remove_node(node)
+    round_tick.join()
+    report = engine.run_to_end({task: (f"{task}.txt", f"{task}\n") for task in tasks})
+    assert report["batch_state"] == "completed", report
+    gone = cluster.nodes[node]
+    events = remote_events(engine)
+    lost = [event for event in events if isinstance(event, ev.RemoteAttemptLost)]
+    assert lost and all(event.node == gone for event in lost)
+    sent = {event.attempt_id: event for event in events if isinstance(event, ev.RemoteAttemptDispatched)}
+    assert all(sent[event.attempt_id].kind == "check" for event in lost)
+    assert engine.batch.remote_attempts.open == {}
+    assert sorted(c["state"] for c in engine.batch.record["children"]) == ["integrated"] * 4
+    subjects = engine.subjects(engine.batch.record["base_head"])
+    for task in tasks:  # each Lane's commit on the batch branch once
+        assert sum(task in subject for subject in subjects) == 1, subjects
+    assert rebuild_holds(engine, store_url)
