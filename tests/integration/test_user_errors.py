@@ -556,7 +556,9 @@ def test_a_damaged_export_is_a_finding_and_a_missing_one_bad_input(repo, tmp_pat
 HELD_EXECUTOR = """\
 import os, pathlib, sys, time
 marks = pathlib.Path(sys.argv[1])
-(marks / (os.environ["LANES_ES_TASK_ID"] + ".started")).write_text(str(os.getpid()))
+mark = marks / (os.environ["LANES_ES_TASK_ID"] + ".started")
+mark.with_suffix(".tmp").write_text(str(os.getpid()))
+os.replace(mark.with_suffix(".tmp"), mark)  # whole, or not there: the test reads it as soon as it exists
 while not (marks / "go").exists():  # held until the test lets it deliver
     time.sleep(0.05)
 os.execv(sys.executable, [sys.executable, "-P", "-m", "lanes_es.cli.example_executor"])
