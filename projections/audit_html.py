@@ -376,10 +376,14 @@ def _attempts(events: Sequence[Any]) -> str:
         return ("<section><h2>Executor attempts</h2><p class=\"hint\">No Executor attempt was recorded (the "
                 "Executors ran outside <code>lanes-es run</code>).</p></section>")
     body = "".join(_attempt_row(attempt) for attempts in runs.attempts.values() for attempt in attempts)
+    # A task whose next attempt would have started over a budget: stopped, with which budget and how to raise it.
+    stops = "".join(f"<li><a href=\"#v{event.originator_version}\">{_text(task_id)}</a> was stopped for its "
+                    f"Executor budget: {_text(event.detail)}</li>" for task_id, event in runs.exhausted.items())
     return ("<section><h2>Executor attempts</h2><div class=\"scroll short\"><table class=\"grid\" id=\"attempts\">"
             "<thead><tr><th>task</th><th>#</th><th>adapter</th><th>for</th><th>started</th><th>ended</th>"
             "<th>seconds</th><th>tokens in / out</th><th>cost</th><th>denied</th><th>session</th></tr></thead>"
-            f"<tbody>{body}</tbody></table></div></section>")
+            f"<tbody>{body}</tbody></table></div>" + (f"<ul id=\"budget-stops\">{stops}</ul>" if stops else "")
+            + "</section>")
 
 
 def _attempt_row(attempt: Any) -> str:

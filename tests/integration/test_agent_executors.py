@@ -178,6 +178,7 @@ def test_a_whole_batch_runs_with_a_named_agent_a_rework_round_and_a_budget_stop(
     assert lanes_es("--root", repo, "audit", batch_id, "--html", str(page)).returncode == 0
     html = page.read_text()
     assert "Executor attempts" in html and "first_delivery" in html and "rework" in html
+    assert "shout</a> was stopped for its Executor budget: the Lane&#x27;s budget of 5000 tokens" in html
     status = lanes_es("--root", repo, "status", SLUG)
     assert "greet: 2 attempts" in status.stdout, status.stdout
     assert "  greet: spent 2 attempts, " in status.stdout and "3400 tokens" in status.stdout
