@@ -4,13 +4,13 @@ Only the coordinator appends to a batch's log: the autopilot records each attemp
 how each ended through this, never the attempt's own process. `change(batch, now)` is one of the
 aggregate's audit-only commands (start_executor_run, finish_executor_run, kill_executor_run); the
 lock is waited for up to `wait` seconds, then StoreConflict (BatchLockHeld) says the batch is
-busy and nothing was written: the autopilot tries again on its next round. After the save the
-signed checkpoint is brought up to the log (`after_save`), as after a tick.
+busy and nothing was written: the autopilot tries again on its next round. The signed checkpoint
+is brought up by the next tick (which anchors the whole log) or at the end of the run.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from lanes_es.adapters.store import EventStore
 from lanes_es.domain.batch import LaneBatch
@@ -24,14 +24,11 @@ class BatchNotFound(Refusal):
 
 
 def record_executor_facts(store: EventStore, now: Callable[[], str], batch_id: str,
-                          change: Callable[[LaneBatch, str], None], *, wait: float = RECORD_WAIT,
-                          after_save: Callable[[LaneBatch], Any] | None = None) -> LaneBatch:
+                          change: Callable[[LaneBatch, str], None], *, wait: float = RECORD_WAIT) -> LaneBatch:
     with store.batch_lock(batch_id, wait=wait):
         batch = store.batch(batch_id)
         if batch is None:
             raise BatchNotFound(f"batch_not_found: no batch {batch_id} in the store {store.shown_url}")
         change(batch, now())
         store.save(batch)
-    if after_save is not None:
-        after_save(batch)
     return batch

@@ -49,8 +49,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from lanes_es.adapters.git import STATS
-
 PROJECT, VERSION = "boltons", "26.2.0"
 SDIST = f"{PROJECT}-{VERSION}.tar.gz"
 SDIST_SHA256 = "d39cfd15c1a1c3bd4d705c82252fa9edb8e4f5e8cc039f8e39afac7b1b47e92c"
@@ -418,6 +416,7 @@ def first_check_noted(probe: Any, timeline: Timeline) -> Iterator[None]:
 
 def run_lanes(workdir: Path, sdist: Path, case: str, mode: str | None, verify_workers: int | None,
               poll: float, show_timeline: bool = False) -> dict[str, Any]:
+    from lanes_es.adapters.git import STATS  # here, not at the top: each scripted Executor imports this module
     from lanes_es.bootstrap import bootstrap
     from lanes_es.steward.run import AutopilotOptions, run_autopilot
     from lanes_es.usecases.confirmation import BatchOptions

@@ -35,12 +35,30 @@ LOST = "lost"
 
 
 class AttemptLog:
-    def __init__(self, executors: Executors, record: Record, load: Load) -> None:
+    def __init__(self, executors: Executors, record: Record, load: Load,
+                 anchor: Callable[[str], Any] | None = None) -> None:
         self.executors = executors
-        self.record = record
+        self._record_port = record
         self.load = load
+        # The checkpoint of what this log recorded: brought up by the next tick (it anchors the whole log, two
+        # git spawns for every fact since), or by `anchor_recorded` when the run ends with no tick after.
+        self.anchor = anchor
+        self.unanchored: set[str] = set()
         self.unrecorded: list[tuple[str, str, int, AttemptResult | None]] = []  # (batch, task, attempt, result)
         self.spent = Spent()  # what the batch's attempts spent, as the log held it when last read or written
+
+    def record(self, batch_id: str, change: Callable[[LaneBatch, str], None]) -> LaneBatch:
+        batch = self._record_port(batch_id, change)
+        self.unanchored.add(batch_id)
+        return batch
+
+    def anchor_recorded(self) -> None:
+        """Bring the checkpoint of each batch this log recorded in up to its log (nothing to do, no git spawn,
+        when a tick did since)."""
+        for batch_id in sorted(self.unanchored):
+            if self.anchor is not None:
+                self.anchor(batch_id)
+        self.unanchored.clear()
 
     def start(self, batch_id: str, handoff: dict[str, Any], intent_text: str,
               budgets: ev.ExecutorBudgets | None = None, live: Spent = Spent()) -> Running | Exhausted | None:

@@ -436,6 +436,7 @@ class Autopilot:
         self.wait_for_all()
         if self.attempts is not None:
             self.attempts.flush()
+            self.attempts.anchor_recorded()  # the last attempts' ends came after the last tick
         if self.feed is not None:
             self.feed.drain(self.tell_event)  # the last attempts' ends, recorded after the last tick
         self.show(report)

@@ -94,7 +94,8 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
                               options.attempt_seconds)
     autopilot = Autopilot(deps=deps, slug=slug, max_parallel=max_parallel, steward=Steward(deps.root, lanes),
                           executors=executors, progress=progress, poll=options.poll, feed=BatchFeed(deps.store),
-                          lease=lease, attempts=AttemptLog(executors, attempt_recorder(deps), deps.store.batch))
+                          lease=lease, attempts=AttemptLog(executors, attempt_recorder(deps), deps.store.batch,
+                                                           attempts_anchor(deps)))
     try:
         lease.take(options.wait, waiting_for)
         confirm_batch(deps, slug, options, note, ask)
@@ -205,12 +206,19 @@ def executors_for(argv: list[str], root: str, logs: Path, extra_env: Mapping[str
 
 
 def attempt_recorder(deps: Deps) -> Record:
-    """Each attempt's facts, recorded in the batch's log under its lock, then the checkpoint brought up to it."""
+    """Each attempt's facts, recorded in the batch's log under its lock. The checkpoint is not brought up after
+    each (two git spawns and a signature each time, eight times over for eight Lanes): the next tick brings
+    it up to the whole log, and the run, when it ends with no tick after, by `attempts_anchor`."""
     from lanes_es.executor_log import record_executor_facts
+
+    return lambda batch_id, change: record_executor_facts(deps.store, deps.now, batch_id, change)
+
+
+def attempts_anchor(deps: Deps) -> Callable[[str], Any]:
+    """The checkpoint of a batch brought up to its log (as after a tick)."""
     from lanes_es.usecases.save import anchor
 
-    return lambda batch_id, change: record_executor_facts(deps.store, deps.now, batch_id, change,
-                                                          after_save=lambda batch: anchor(deps, deps.root, batch))
+    return lambda batch_id: anchor(deps, deps.root, deps.store.batch(batch_id))
 
 
 def holder_facts(holder: LeaseHolder) -> dict[str, Any]:

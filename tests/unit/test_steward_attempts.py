@@ -59,3 +59,15 @@ def test_ends_a_busy_batch_kept_are_recorded_together_on_the_next_round():
     log.flush()
     assert saves == ["b1"] and batch.finished == [("t0", 1), ("t1", 1), ("t2", 1)] and not log.unrecorded
 
+
+
+def test_what_the_log_recorded_is_anchored_once_at_the_end_not_after_each_save():
+    batch, anchored = FakeBatch(), []
+    log = AttemptLog(executors=None, record=lambda batch_id, change: (change(batch, "now"), batch)[1],  # type: ignore[arg-type]
+                     load=lambda batch_id: batch, anchor=anchored.append)
+    log.end("b1", [finished("t0")])
+    log.end("b1", [finished("t1")])
+    assert anchored == []  # the next tick anchors the whole log
+    log.anchor_recorded()
+    log.anchor_recorded()
+    assert anchored == ["b1"]
