@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 import sys
 import tempfile
 import threading
@@ -36,6 +37,7 @@ from typing import Any, Iterator
 from lanes_es.adapters.git import STATS
 
 SLUG = "bench"
+LOCAL_CLUSTER = "ray-here"
 
 
 def register(commands: Any) -> None:
@@ -50,8 +52,13 @@ def register(commands: Any) -> None:
     command.add_argument("--failing", type=int, default=None, metavar="I",
                          help="task I's check fails on every candidate holding task 0's work")
     command.add_argument("--json", action="store_true", help="one JSON object per row")
+    command.add_argument("--runner", default="local",
+                         help="where checks and QA run: local (default), ray://HOST:PORT (a cluster, RAY_AUTH_TOKEN "
+                              f"set), or {LOCAL_CLUSTER} (a three-node cluster on this machine, 12 check slots each, "
+                              "started for the bench from tests/integration/ray_cluster.py)")
     command.set_defaults(func=lambda args: run_integration_bench(
-        args.k, args.sleep, args.modes or available_modes(), args.verify_workers, args.failing, args.json))
+        args.k, args.sleep, args.modes or available_modes(), args.verify_workers, args.failing, args.json,
+        args.runner))
 
 
 def available_modes() -> list[str]:
@@ -179,7 +186,7 @@ def probing(deps: Any) -> Iterator[Probe]:
 
 
 def measure(mode: str, count: int, seconds: float, verify_workers: int | None, failing: int | None,
-            workdir: Path) -> dict[str, Any]:
+            workdir: Path, runner: str = "local") -> dict[str, Any]:
     from lanes_es.steward.run import AutopilotOptions, run_autopilot
     from lanes_es.bootstrap import bootstrap
     from lanes_es.usecases.authorize import authorize
@@ -191,10 +198,13 @@ def measure(mode: str, count: int, seconds: float, verify_workers: int | None, f
     make_repository(repo, count, seconds, failing)
     barrier.mkdir(parents=True)
     deps = bootstrap(repo)
-    confirmation = prepare_confirmation(deps, SLUG, BatchOptions(max_parallel=count,
-                                                                 **_mode_options(mode, verify_workers or count)))
+    on_cluster = runner != "local"
+    confirmation = prepare_confirmation(deps, SLUG, BatchOptions(
+        max_parallel=count, **_mode_options(mode, verify_workers or count), **({"runner": runner} if on_cluster else {})))
     authorize(deps, confirmation)
     lines: list[str] = []
+    dispatched = _dispatch_times()
+    seen = len(dispatched)
     with probing(deps) as probe:
         began = time.perf_counter()
         options = AutopilotOptions(batch=BatchOptions(max_parallel=count), lanes_dir=lanes,
@@ -203,6 +213,8 @@ def measure(mode: str, count: int, seconds: float, verify_workers: int | None, f
         total = time.perf_counter() - began
     batch = active_batch(deps, SLUG)
     record = batch.record if batch is not None else {"children": []}
+    remote = _remote_checks(deps, batch) if on_cluster and batch is not None else {}
+    overheads = [total - ran for total, ran in list(dispatched)[seen:]]
     integrated = [c["task_id"] for c in record["children"] if c["state"] in ("integrated", "released")]
     parked = sorted((c["task_id"], c["reason"]) for c in record["children"] if c["state"] == "needs_human")
     deps.store.close()
@@ -220,7 +232,31 @@ def measure(mode: str, count: int, seconds: float, verify_workers: int | None, f
         "integration_git_seconds": round(probe.integration.git_seconds, 3),
         "qa_git_spawns": probe.qa.spawns, "qa_git_seconds": round(probe.qa.git_seconds, 3),
         "integrated": len(integrated), "parked": parked, "total_seconds": round(total, 2),
+        **({"runner": "ray", "remote_qa_runs": remote.get("qa", 0), "remote_check_runs": remote.get("check", 0),
+            "lost": remote.get("lost", 0),
+            "dispatch_overhead_ms_median": round(statistics.median(overheads) * 1000, 1) if overheads else None,
+            "dispatch_overhead_ms_mean": round(statistics.mean(overheads) * 1000, 1) if overheads else None}
+           if on_cluster else {}),
     }
+
+
+def _dispatch_times() -> Any:
+    from lanes_es.adapters.ray_runner import DISPATCH_TIMES
+
+    return DISPATCH_TIMES
+
+
+def _remote_checks(deps: Any, batch: Any) -> dict[str, int]:
+    """What the batch's log says was sent to the cluster: attempts per kind, and the losses."""
+    from lanes_es.domain import events as ev
+
+    counted: dict[str, int] = {}
+    for event in deps.store.events(batch.id):
+        if isinstance(event, ev.RemoteAttemptDispatched):
+            counted[event.kind] = counted.get(event.kind, 0) + 1
+        elif isinstance(event, ev.RemoteAttemptLost):
+            counted["lost"] = counted.get("lost", 0) + 1
+    return counted
 
 
 def _mode_options(mode: str, verify_workers: int) -> dict[str, Any]:
@@ -230,7 +266,26 @@ def _mode_options(mode: str, verify_workers: int) -> dict[str, Any]:
 
 
 def run_integration_bench(counts: list[int], seconds: float, modes: list[str], verify_workers: int | None,
-                          failing: int | None, as_json: bool) -> int:
+                          failing: int | None, as_json: bool, runner: str = "local") -> int:
+    """The bench on `runner`; `ray-here` starts a three-node cluster on this machine for it."""
+    if runner != LOCAL_CLUSTER:
+        return _run_bench(counts, seconds, modes, verify_workers, failing, as_json, runner)
+    import os
+
+    from tests.integration.ray_cluster import local_ray_cluster
+
+    with local_ray_cluster() as cluster:
+        os.environ.update(cluster.env())
+        try:
+            return _run_bench(counts, seconds, modes, verify_workers, failing, as_json, cluster.runner)
+        finally:
+            from lanes_es.adapters.ray_cluster import disconnect
+
+            disconnect()
+
+
+def _run_bench(counts: list[int], seconds: float, modes: list[str], verify_workers: int | None,
+               failing: int | None, as_json: bool, runner: str) -> int:
     unknown = [mode for mode in modes if mode not in available_modes()]
     if unknown:
         print(f"lanes-es bench integration: unknown mode {', '.join(unknown)}; choose from "
@@ -240,7 +295,7 @@ def run_integration_bench(counts: list[int], seconds: float, modes: list[str], v
     with tempfile.TemporaryDirectory(prefix="lanes-es-bench-integration-") as directory:
         for count in counts:
             for mode in modes:
-                row = measure(mode, count, seconds, verify_workers, failing, Path(directory))
+                row = measure(mode, count, seconds, verify_workers, failing, Path(directory), runner)
                 rows.append(row)
                 if as_json:
                     print(json.dumps(row), flush=True)
@@ -252,6 +307,9 @@ def run_integration_bench(counts: list[int], seconds: float, modes: list[str], v
                           f"({row['integration_git_seconds']:.2f} s in git; QA {row['qa_git_spawns']} spawns, "
                           f"{row['qa_git_seconds']:.2f} s), "
                           f"ticks with QA {row['qa_ticks']} / integration {row['integration_ticks']}, "
-                          f"{row['integrated']} integrated, parked {[task for task, _ in row['parked']] or 'none'}",
+                          f"{row['integrated']} integrated, parked {[task for task, _ in row['parked']] or 'none'}"
+                          + (f"; on the cluster: {row['remote_qa_runs']} QA + {row['remote_check_runs']} check "
+                             f"attempts, dispatch overhead per check {row['dispatch_overhead_ms_median']} ms median "
+                             f"({row['dispatch_overhead_ms_mean']} ms mean)" if "runner" in row else ""),
                           flush=True)
     return 0

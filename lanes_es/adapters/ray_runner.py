@@ -16,7 +16,9 @@ Each of these is handed to `journal` (dispatched, ended, lost) for the coordinat
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -29,6 +31,9 @@ from lanes_es.adapters.ray_host import (
 )
 
 LOST_RERUNS = 2  # a check whose node was lost runs again on another node at most this often
+# Each check attempt's (seconds from dispatch to its result here, seconds it ran on its node), for `lanes-es
+# bench integration --runner`: the difference is what dispatching costs a check. Bounded; this process only.
+DISPATCH_TIMES: "deque[tuple[float, float]]" = deque(maxlen=100_000)
 TREES_HELD = 16  # candidates' trees the runner keeps in the object store at once
 
 
@@ -107,13 +112,15 @@ class RayCheckRunner:
         self._require_same_version()
         self.slots = _Slots(free=dict(nodes))
         self._trees: dict[str, Any] = {}
+        self._putting: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def _require_same_version(self) -> None:
         here = lanes_es_version()
-        for node, host in list(self._hosts.items()):
+        asked = {node: host.describe.remote() for node, host in self._hosts.items()}  # all nodes at once
+        for node, answer in asked.items():
             try:
-                there = self._ray.get(host.describe.remote(), timeout=120)["version"]
+                there = self._ray.get(answer, timeout=120)["version"]
             except self._lost_errors():
                 self._hosts.pop(node)
                 continue
@@ -132,11 +139,20 @@ class RayCheckRunner:
         identity = tree_identity(tree)
         with self._lock:
             ref = self._trees.get(identity)
+            putting = self._putting.setdefault(identity, threading.Lock()) if ref is None else None
+        if putting is None:
+            return identity, ref
+        # One put per tree, the trees of a round's candidates put at once (not one after another under one lock)
+        with putting:
+            with self._lock:
+                ref = self._trees.get(identity)
             if ref is None:
                 ref = self._ray.put(encode_tree(identity, tree.entries, tree.blobs))
-                self._trees[identity] = ref
-                while len(self._trees) > TREES_HELD:
-                    self._trees.pop(next(iter(self._trees)))
+                with self._lock:
+                    self._trees[identity] = ref
+                    self._putting.pop(identity, None)
+                    while len(self._trees) > TREES_HELD:
+                        self._trees.pop(next(iter(self._trees)))
             return identity, ref
 
     def run_attempts(self, tree: Any, task_id: str, intent: dict[str, Any], cancel: Any = None,
@@ -144,6 +160,7 @@ class RayCheckRunner:
         """One task's check on the cluster: dispatched, and dispatched again on another node when its node is
         lost, at most LOST_RERUNS times; ClusterLost past that. `cancel` (a `Cancel`) set: the node kills
         the check's commands and the result is `cancelled`."""
+        began = time.monotonic()
         identity, ref = self.tree_ref(tree)
         for _ in range(LOST_RERUNS + 1):
             sent = self._dispatch(task_id, identity, lambda host, attempt_id: host.run_check.remote(
@@ -159,6 +176,7 @@ class RayCheckRunner:
                 result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id,
                                     error="a node answered for another attempt")
             self.journal(AttemptNote("ended", attempt_id, node, task_id, identity, _outcome(result), work))
+            DISPATCH_TIMES.append((time.monotonic() - began, result.seconds))
             return result
         raise ClusterLost(f"the check of {task_id} was lost with its node {LOST_RERUNS + 1} times on {self.runner}; "
                           f"run the tick again when the cluster is whole")

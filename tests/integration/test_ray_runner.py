@@ -294,6 +294,46 @@ def test_lanes_es_run_on_the_cluster_runs_the_agents_there_and_integrates_their_
     assert rebuild_holds(SimpleNamespace(root=repo, batch=SimpleNamespace(id=batch_id)), store_url)
 
 
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)  # the log's side is the fold, on both in unit tests
+def test_a_coordinator_killed_mid_check_leaves_its_attempts_to_the_next_tick(
+        cluster: LocalRayCluster, tree: CandidateTree, tmp_path: Path, store_url: str) -> None:
+    """A coordinator that recorded two dispatches and was killed before their ends: the next tick of the batch
+    finds them open in the log and settles them on their nodes before it sends anything: the one that finished
+    is collected, the one still running is cancelled there (its command killed: its run comes back cancelled)."""
+    import threading
+
+    from lanes_es.adapters.ray_checks import RayChecks
+    from lanes_es.domain import events as ev
+    from lanes_es.domain.remote_attempts import record_remote_notes
+    from tests.engine import Engine, Task
+
+    engine = Engine.create(tmp_path, {"t0": Task(["t0.txt"])})
+    batch_id = engine.authorize(max_parallel=1, runner=cluster.runner)
+    engine.tick()
+    killed = RayChecks(cluster.runner, batch_id)  # the coordinator that will be "killed"
+    quick = killed.run_check(tree, "t0", intent(["-c", "print('done')"]))
+    slow: dict[str, Any] = {}
+    running = threading.Thread(target=lambda: slow.update(run=killed.run_check(
+        tree, "t0", intent(["-c", "import time; time.sleep(60)"], timeout_ms=120000))))
+    running.start()
+    notes = killed.drain()
+    while len(notes) < 3:  # the quick one's dispatch and end, then the slow one's dispatch
+        running.join(0.05)
+        notes += killed.drain()
+    batch = engine.deps.store.batch(batch_id)
+    record_remote_notes(batch, engine.deps.now(), [note for note in notes if note.kind == "dispatched"])
+    engine.deps.store.save(batch)  # what it had recorded when it died: two dispatches, no end
+    assert len(engine.deps.store.batch(batch_id).remote_attempts.open) == 2 and quick.findings == []
+
+    engine.tick()  # the next coordinator
+    running.join()
+    assert slow["run"].cancelled
+    ended = {event.attempt_id: event.outcome for event in remote_events(engine) if isinstance(event, ev.RemoteAttemptEnded)}
+    first, second = (note.attempt_id for note in notes if note.kind == "dispatched")
+    assert ended == {first: "collected by a later coordinator", second: "cancelled by a later coordinator"}
+    assert engine.batch.remote_attempts.open == {}
+
+
 @pytest.mark.parametrize("store_url, node", [("sqlite", "b"), ("postgresql", "c")], indirect=["store_url"])
 def test_a_node_removed_in_the_middle_of_a_round_converges_with_the_loss_in_the_log(
         cluster: LocalRayCluster, tmp_path: Path, store_url: str, node: str) -> None:
