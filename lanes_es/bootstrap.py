@@ -129,6 +129,11 @@ class RealAdapters:
 
         return lambda journal: RayCheckRunner(runner, batch_id, journal)
 
+    def coordinators(self) -> Any:
+        from lanes_es.adapters.coordinator_git import GitCoordinators
+
+        return GitCoordinators()
+
     def head(self, root: str) -> str:
         from lanes_es.adapters.git import git_ok
 

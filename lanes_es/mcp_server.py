@@ -208,8 +208,15 @@ class BatchTools:
     def needs_confirmation(self, args: StartArgs) -> bool:
         return authorization_needed(self.deps, args.slug)
 
+    def confirming(self, slug: str) -> Deps:
+        """The ports a confirmation runs with: in the coordinator worktree of the batch, made or reused
+        (lanes_es/usecases/coordinator.py; LANES_ES_COORDINATOR=. keeps the server's checkout as upstream)."""
+        from lanes_es.usecases.coordinator import for_new_batch
+
+        return for_new_batch(self.deps, slug)
+
     def confirmation(self, args: StartArgs, batch_id: str | None = None) -> Confirmation:
-        confirmation = prepare_confirmation(self.deps, args.slug, BatchOptions(
+        confirmation = prepare_confirmation(self.confirming(args.slug), args.slug, BatchOptions(
             max_parallel=args.max_parallel, final_verification=args.final_verification))
         if batch_id is not None and not confirmation.resumes and batch_id.startswith(f"batch-{args.slug}-"):
             confirmation = replace(confirmation, batch_id=batch_id)  # the id the user was shown
@@ -252,7 +259,7 @@ class BatchTools:
         return Outcome({"state": "started", "batch_id": result.batch_id, "report": report, **extra})
 
     def authorize_and_tick(self, args: StartArgs, confirmation: Confirmation, answer: Answer) -> Outcome:
-        authorization = close_gate(self.deps, confirmation, answer)
+        authorization = close_gate(self.confirming(args.slug), confirmation, answer)
         return self.tick(args, {"batch_id": authorization.batch_id, "confirmation_time": authorization.confirmation_time,
                                 "delegate_revisions": answer.delegates is True})
 
@@ -260,17 +267,26 @@ class BatchTools:
 
     def retire_target(self, arguments: dict[str, Any]) -> RetireTarget:
         """The batch to retire and its record's bytes; every refusal comes here, before the gate opens."""
-        return read_retire_target(self.deps, _slug_argument(arguments))
+        from lanes_es.usecases.coordinator import coordinator_of
+
+        slug = _slug_argument(arguments)
+        return read_retire_target(coordinator_of(self.deps, slug), slug)
 
     def retire(self, target: RetireTarget) -> Outcome:
+        from lanes_es.usecases.coordinator import coordinator_of, remove_coordinator
+        from lanes_es.usecases.load import current_authorization
+
+        authorization = current_authorization(self.deps, target.slug)
         try:
-            report = retire_batch(self.deps, target.slug, target)
+            report = retire_batch(coordinator_of(self.deps, target.slug), target.slug, target)
         except ServiceError as error:
             if error.code != "plan_changed":
                 raise
             return refusal("plan_changed", f"batch run state {target.batch_id} changed after native confirmation; "
                                            f"nothing was retired", RECOVERY["plan_changed"].format(tool=RETIRE))
-        return Outcome({"state": "retired", "batch_id": report["batch_id"], "report": report})
+        left = remove_coordinator(self.deps, authorization)
+        return Outcome({"state": "retired", "batch_id": report["batch_id"], "report": report,
+                        **({"coordinator": left} if left else {})})
 
     # ------------------------------------------------------------ reading
 

@@ -386,3 +386,23 @@ class IntegrationHistory(Protocol):
 class Verifier(Protocol):
     def run_final_verification(self, root: str, commands: list[str]) -> tuple[str, list[CommandResult]]:
         """docs/upstream.md#final-verification: (head, results), each command split on spaces and run without a shell."""
+
+
+class Coordinators(Protocol):
+    """The coordinator worktrees lanes-es makes for batches, and the landing of a batch branch
+    (lanes_es/adapters/coordinator_git.py). Refusals are `ServiceError`s with the next command."""
+
+    def prepare(self, repo_root: str, path: str, branch: str, head: str, slug: str) -> None:
+        """Make or reuse the worktree at `path` for a new batch on `head`."""
+
+    def restore(self, repo_root: str, path: str, branch: str, base_head: str) -> bool:
+        """Make a running batch's removed coordinator again; False when git cannot."""
+
+    def remove_if_clean(self, repo_root: str, path: str) -> str | None:
+        """Remove it unless it holds uncommitted work; why it was kept, else None."""
+
+    def current_branch(self, checkout: str) -> str | None:
+        """The branch checked out in `checkout` (None: detached)."""
+
+    def land(self, repo_root: str, branch: str, head: str, onto: str, slug: str) -> Any:
+        """Fast-forward `onto` to `branch` at `head`, or refuse."""

@@ -28,6 +28,18 @@ STORE_BACKENDS = ("sqlite", "postgresql")
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 
+@pytest.fixture(autouse=True)
+def coordinator_in_place(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's tests of upstream's scenarios are about the coordinator checkout itself (a dirty coordinator,
+    its branch moved, leaks restored in it): they run batches in place, as upstream (LANES_ES_COORDINATOR=.,
+    inherited by the `lanes-es` processes they start). A test or module marked `coordinator_worktree` runs the
+    default: each new batch in a coordinator worktree of its own (docs/concepts/coordinator.md)."""
+    if request.node.get_closest_marker("coordinator_worktree") is None:
+        monkeypatch.setenv("LANES_ES_COORDINATOR", ".")
+    else:
+        monkeypatch.delenv("LANES_ES_COORDINATOR", raising=False)
+
+
 @pytest.fixture(params=STORE_BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
               monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:

@@ -45,9 +45,9 @@ def find_checkout(start: str | os.PathLike[str]) -> Checkout | None:
         here = Path(start).resolve()
     except OSError:
         return None
-    if ".git" in here.parts:
-        return None
     for directory in (here, *here.parents):
+        if directory.name == ".git":  # inside a git dir without a checkout of its own on the way: git's call
+            return None
         marker = directory / ".git"
         if marker.is_dir():
             return _checkout(directory, marker)

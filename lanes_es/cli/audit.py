@@ -124,7 +124,11 @@ def _verify(args: argparse.Namespace) -> int:
                                      anchor=AnchorOptions.of(args))
     if not args.batch_id:
         raise ServiceError("invalid_input", "name a BATCH_ID, or --export FILE to verify an exported log")
-    return _with_store(args, lambda store, root: verify_command(store, root, args.batch_id, args.json,
+    from lanes_es.usecases.coordinator import batch_root
+
+    # the files a batch wrote are in its coordinator worktree while it is there (docs/concepts/coordinator.md)
+    return _with_store(args, lambda store, root: verify_command(store, Path(batch_root(store, root, args.batch_id)),
+                                                                 args.batch_id, args.json,
                                                                  expect_head=args.expect_head,
                                                                  anchor=AnchorOptions.of(args)))
 

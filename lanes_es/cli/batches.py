@@ -97,6 +97,7 @@ def rebuild_all(deps: Any, check: bool, out: Any = None) -> int:
     """This checkout's batches' projections and the read model against the log; exit 1 when anything drifted.
     A shared store's other batches have their projections in the checkouts coordinating them: neither judged
     nor written here."""
+    from lanes_es.usecases.coordinator import batch_root
     from lanes_es.usecases.rebuild import rebuild
 
     out = out or sys.stdout
@@ -107,7 +108,8 @@ def rebuild_all(deps: Any, check: bool, out: Any = None) -> int:
     drifted = False
     with progress_bar("projections") as update:
         for done, batch_id in enumerate(batch_ids, start=1):
-            items = rebuild(deps.store, deps.root, [batch_id], check=check)[batch_id]
+            root = batch_root(deps.store, deps.root, batch_id)  # its coordinator worktree while there is one
+            items = rebuild(deps.store, root, [batch_id], check=check)[batch_id]
             drifted = drifted or bool(items)
             if check:
                 out.write(f"{batch_id}: " + ("; ".join(items) if items else "no drift") + "\n")

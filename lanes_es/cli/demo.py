@@ -160,8 +160,10 @@ def make_only(directory: str | None, max_parallel: int = 3, out: Callable[[str],
     return 0
 
 
-def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], None] = print) -> int:
-    """Make the repository, then let the autopilot play Parent, steward and (scripted) Executor to the end."""
+def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], None] = print,
+             coordinator: str | None = None) -> int:
+    """Make the repository, then let the autopilot play Parent, steward and (scripted) Executor to the end, in
+    the batch's coordinator worktree (`coordinator`: `.` in the repository itself, as upstream)."""
     from lanes_es.steward.run import AutopilotOptions, run_autopilot
     from lanes_es.cli.main import main as cli
     from lanes_es.bootstrap import bootstrap
@@ -176,7 +178,8 @@ def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], 
     deps = bootstrap(repo)
     options = AutopilotOptions(batch=BatchOptions(max_parallel=max_parallel), lanes_dir=lanes,
                                executor=example_executor(), yes=True,
-                               executor_env={"LANES_ES_EXECUTOR_HINT": json.dumps(executor_hints())})
+                               executor_env={"LANES_ES_EXECUTOR_HINT": json.dumps(executor_hints())},
+                               coordinator=coordinator)
     code = run_autopilot(deps, SLUG, options, out=out)
     batch = active_batch(deps, SLUG)
     if code != 0 or batch is None or batch.batch_state != "completed":
@@ -188,7 +191,9 @@ def run_demo(directory: str | None, max_parallel: int = 3, out: Callable[[str], 
     report = batch.report or {}
     out("")
     out(f"final report: {report.get('batch_state')}: {report.get('reason')}")
-    out(f"  .imm/state/batches/{batch.id}.report.json")
+    from lanes_es.usecases.coordinator import batch_root
+
+    out(f"  {Path(batch_root(deps.store, repo, batch.id)) / '.imm/state/batches' / f'{batch.id}.report.json'}")
 
     import contextlib
     import io

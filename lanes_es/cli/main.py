@@ -55,6 +55,7 @@ COMMAND_MODULES: dict[str, tuple[str, str]] = {
     "demo": ("lanes_es.cli.demo", "run a whole batch on a new temporary repository"),
     "bench": ("tools.bench", "benchmarks: git spawns and tick time, start-up, store, checkpoint, integration"),
     "run": ("lanes_es.cli.run", "the autopilot: run an Initiative's batch to the end"),
+    "land": ("lanes_es.cli.land", "fast-forward your branch to a completed batch's branch"),
     "mcp": ("lanes_es.mcp_server", "serve the engine over MCP stdio (needs the mcp extra)"),
 }
 GLOBAL_OPTIONS_WITH_VALUE = ("--root", "--store")
@@ -324,9 +325,18 @@ def _add_authorize(commands: Any) -> None:
                          help="let the coordinator approve in-bounds breaking Intent revisions in a Lane (docs/upstream.md#delegated-intent-revisions)")
     add_integration_options(command)
     add_budget_options(command)
+    add_coordinator_option(command)
     command.add_argument("--yes", action="store_true", help="confirm without asking (you are the literal user)")
     command.add_argument("--json", action="store_true", help="print the batch id and the confirmation facts as JSON")
     command.set_defaults(func=_authorize)
+
+
+def add_coordinator_option(command: Any) -> None:
+    command.add_argument("--coordinator", default=None, metavar="DIR",
+                         help="where a new batch's coordinator runs: by default a worktree of its own under the git "
+                              "common dir (lanes-es/coordinators/SLUG), so your checkout is never switched or "
+                              "judged; DIR makes or reuses one there; `.` runs it in this checkout, as upstream "
+                              "(LANES_ES_COORDINATOR sets the default). A recorded batch keeps its own")
 
 
 def add_integration_options(command: Any) -> None:
@@ -437,11 +447,14 @@ def _authorize(args: argparse.Namespace) -> int:
         print(json.dumps(confirmation.facts(), indent=2), file=sys.stdout if sys.stdin.isatty() else sys.stderr)
         return ask_on_terminal(QUESTION, False, input if sys.stdin.isatty() else None)
 
-    confirmation, authorization = pass_gate(deps_of(args), args.slug, batch_options(args), ask)
+    from lanes_es.usecases.coordinator import for_new_batch
+
+    deps = for_new_batch(deps_of(args), args.slug, args.coordinator)
+    confirmation, authorization = pass_gate(deps, args.slug, batch_options(args), ask)
     facts = confirmation.facts()
     if args.json:
         # the batch recorded: another coordinator's, when it confirmed the very same facts first
-        print(json.dumps({**facts, "batch_id": authorization.batch_id,
+        print(json.dumps({**facts, "batch_id": authorization.batch_id, "coordinator": authorization.coordinator,
                           "confirmation_time": authorization.confirmation_time}, indent=2))
     else:
         print(authorization.batch_id)
@@ -646,9 +659,10 @@ def _status(args: argparse.Namespace) -> int:
     found = status(deps, args.slug, batch_id)
     batch = found.batch
     if batch is None:  # authorized but not ticked yet: the batch id exists, its record not yet
-        _print(found.not_started, args.json, lambda f: f"batch {f['batch_id']}: authorized, not started yet "
-                                                       f"({len(f['children'])} children, max_parallel "
-                                                       f"{f['max_parallel']})\nnext: {f['next_action']}")
+        where = coordinator_text(deps, found.not_started["batch_id"])
+        _print(found.not_started, args.json, lambda f: "\n".join([
+            f"batch {f['batch_id']}: authorized, not started yet ({len(f['children'])} children, max_parallel "
+            f"{f['max_parallel']})", *where, f"next: {f['next_action']}"]))
         return EXIT_OK
     from lanes_es.projections.attempts import attempts_json, attempts_lines, budget_json, budget_lines
 
@@ -662,10 +676,28 @@ def _status(args: argparse.Namespace) -> int:
     shown = {**record, "executor_attempts": attempts_json(runs)} if runs.attempts and args.json else record
     if args.json and (found.executor_budget is not None or runs.exhausted):
         shown = {**shown, "executor_budget": budget_json(runs, found.executor_budget, task_ids)}
+    where = coordinator_text(deps, batch.id)
     _print(shown, args.json, lambda r: "\n".join([report_text(text), integration_text(batch), *attempts_lines(runs),
-                                                  *budget_lines(runs, found.executor_budget, task_ids)])
+                                                  *budget_lines(runs, found.executor_budget, task_ids),
+                                                  *where])
            + failures_text(batch))
     return EXIT_OK
+
+
+def coordinator_text(deps: Any, batch_id: str) -> list[str]:
+    """Where the batch's coordinator worktree is (nothing for a batch run in place): lanes-es's own fact."""
+    from pathlib import Path
+
+    from lanes_es.usecases.coordinator import authorization_of
+
+    authorization = authorization_of(deps.store, batch_id)
+    path = authorization.coordinator if authorization is not None else None
+    if path is None:
+        return []
+    if not (Path(path) / ".git").exists():
+        return [f"coordinator: {path} (removed; the batch's files were written to your checkout when it landed)"]
+    return [f"coordinator: worktree {path} on {authorization.branch} (your checkout is not touched; "
+            f"`git -C {path} log` shows the batch's commits)"]
 
 
 def failures_text(batch: Any) -> str:
@@ -753,7 +785,11 @@ def _rebuild(args: argparse.Namespace) -> int:
         batch_ids = [resolve_batch_id(deps.store, args.batch_id)]
     else:
         raise ServiceError("invalid_input", "name a BATCH (its Initiative's slug or its id) or pass --all")
-    results = rebuild(deps.store, deps.root, batch_ids, check=args.check)
+    from lanes_es.usecases.coordinator import batch_root
+
+    results = {}
+    for batch_id in batch_ids:
+        results.update(rebuild(deps.store, batch_root(deps.store, deps.root, batch_id), [batch_id], check=args.check))
     drifted = False
     for batch_id, items in results.items():
         if args.check:
@@ -778,17 +814,23 @@ def _retire(args: argparse.Namespace) -> int:
     from lanes_es.usecases.gate import ask_on_terminal, require_confirmed
     from lanes_es.usecases.retire import retire, retire_target
 
+    from lanes_es.usecases.coordinator import coordinator_of, remove_coordinator
+    from lanes_es.usecases.load import current_authorization
+
     deps = deps_of(args)
+    authorization = current_authorization(deps, args.slug)
+    deps = coordinator_of(deps, args.slug)
     target = retire_target(deps, args.slug)  # refusals before the gate; the record's bytes for the CAS
     answer = ask_on_terminal(f"Retire batch {target.batch_id} of {args.slug}? [y/N] ", args.yes,
                              input if sys.stdin.isatty() else None, "no terminal to ask on; run again with --yes")
     require_confirmed(answer, "nothing was retired")
     report = retire(deps, args.slug, target)
-    _print(report, args.json, lambda retired: _retired_text(args.slug, retired))
+    left = remove_coordinator(deps, authorization)  # superseded: terminal; only a clean one goes
+    _print(report, args.json, lambda retired: _retired_text(args.slug, retired, left))
     return 0
 
 
-def _retired_text(slug: str, report: dict[str, Any]) -> str:
+def _retired_text(slug: str, report: dict[str, Any], coordinator: str = "") -> str:
     """The retirement, and the Lanes and branch it leaves, which the next batch of the Initiative must not meet
     (a batch never ticked has no record: only its id)."""
     lines = [f"batch {report['batch_id']}: superseded", report.get("reason") or ""]
@@ -800,6 +842,8 @@ def _retired_text(slug: str, report: dict[str, Any]) -> str:
     if report.get("commits"):
         lines.append(f"imm/{slug} holds its {len(report['commits'])} integrated commit(s): land them, or go on from "
                      f"them with `git switch imm/{slug}`")
+    if coordinator:
+        lines.append(coordinator)
     lines.append(f"next: `lanes-es run {slug} ...` (or `lanes-es authorize {slug}`) starts a new batch")
     return "\n".join(lines)
 

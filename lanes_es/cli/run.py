@@ -88,6 +88,9 @@ def register(commands: Any) -> None:
 
     add_integration_options(command)  # with a new confirmation
     add_budget_options(command)
+    from lanes_es.cli.main import add_coordinator_option
+
+    add_coordinator_option(command)
     command.add_argument("--poll", type=_seconds_up_to(60), default=1.0, metavar="SECONDS",
                          help="how often to look at the running Executors (default 1)")
     command.set_defaults(func=_run)
@@ -125,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
     refuse_unbounded(argv, options.executor_budget)
     options = AutopilotOptions(batch=options, lanes_dir=lanes_dir, executor=argv, yes=args.yes,
                                poll=args.poll, wait=args.wait, json_lines=args.json,
-                               attempt_seconds=args.executor_timeout)
+                               attempt_seconds=args.executor_timeout, coordinator=args.coordinator)
     return run_autopilot(deps_of(args), args.slug, options)
 
 

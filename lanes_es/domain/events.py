@@ -706,9 +706,12 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
     v3 adds `repository_id`, the id of the repository (clone) that gave it (lanes_es/domain/initiative.py):
     it claims an Initiative keyed by slug alone for that repository (None before v3).
     v4 adds `executor_budget`, the Executor budgets the user set (None before v4: no budget).
+    v5 adds `coordinator`, the worktree lanes-es made for the batch, where every coordinator step runs
+    (docs/concepts/coordinator.md); None: in place, the checkout `repository` is the coordinator, as
+    upstream's (every authorization before v5).
     """
 
-    class_version = 4
+    class_version = 5
 
     batch_id: str
     plan_digest: str
@@ -732,6 +735,7 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
     # Where the batch's checks, Lane QA and Executor attempts run under this confirmation: `local`, or
     # `ray://HOST:PORT` (lanes_es/domain/runner.py); None before the choice existed: local.
     runner: str | None = None
+    coordinator: str | None = None
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
@@ -744,6 +748,10 @@ class BatchAuthorized(Event, frozen=True, kw_only=True):
     @staticmethod
     def upcast_v3_v4(state: dict[str, Any]) -> None:
         state["executor_budget"] = None
+
+    @staticmethod
+    def upcast_v4_v5(state: dict[str, Any]) -> None:
+        state["coordinator"] = None
 
 
 class BatchRetired(Event, frozen=True, kw_only=True):

@@ -78,7 +78,8 @@ class Initiative(ChainedAggregate):
                   final_verification: list[str] | None, delegate_revisions: bool, resumes: bool,
                   repository: str | None = None, repository_id: str | None = None, integration: str | None = None,
                   verify_workers: int | None = None, flake_reruns: int | None = None,
-                  executor_budget: ev.ExecutorBudgets | None = None, runner: str | None = None) -> None:
+                  executor_budget: ev.ExecutorBudgets | None = None, runner: str | None = None,
+                  coordinator: str | None = None) -> None:
         if not children:
             raise TransitionRefused("batch plan has no enrollable children; nothing to confirm")
         previous = self.authorizations[-1].confirmation_time if self.authorizations else ""
@@ -91,7 +92,7 @@ class Initiative(ChainedAggregate):
             delegate_revisions=delegate_revisions, resumes=resumes, repository=repository, repository_id=repository_id,
             integration=integration,
             verify_workers=verify_workers, flake_reruns=flake_reruns or None, executor_budget=executor_budget,
-            runner=runner,
+            runner=runner, coordinator=coordinator,
         )
 
     def retire(self, *, at: str, batch_id: str) -> None:

@@ -59,7 +59,7 @@ def command_line_next(report: dict[str, Any], autopilot: bool = False) -> str:
     state = report.get("batch_state")
     if state == "completed":
         failed = failed_final_verification(report)
-        land = f"`git switch main && git merge --ff-only imm/{slug}`"
+        land = f"`lanes-es land {slug}` (a fast-forward of your branch; `--onto BRANCH` names another)"
         if failed:
             return (f"every child is integrated, but the final verification failed ({', '.join(failed)}); nothing "
                     f"was rolled back: fix it on imm/{slug} (run the command there to see why) before you land it "
@@ -85,8 +85,8 @@ def _rejected_next(reason: str, slug: str, again: str) -> str:
         return (f"commit, stash or move away the changes the reason names (`git status` shows them; lanes-es never "
                 f"folds them into the batch), then {again}")
     if reason.startswith("batch_branch_exists"):
-        return (f"imm/{slug} is the branch of an earlier batch: land it (`git switch main && git merge --ff-only "
-                f"imm/{slug}`) and delete it (`git branch -d imm/{slug}`), or `git switch imm/{slug}` to go on from "
+        return (f"imm/{slug} is the branch of an earlier batch: land it (`lanes-es land {slug} --onto main`, a "
+                f"fast-forward) and delete it (`git branch -d imm/{slug}`), or `git switch imm/{slug}` to go on from "
                 f"it; then {again}")
     return f"fix what the reason names, then {again}"
 

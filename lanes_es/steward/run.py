@@ -21,6 +21,7 @@ from lanes_es.steward.loop import Autopilot
 from lanes_es.steward.feed import BatchFeed
 from lanes_es.steward.progress import Guarded, JsonProgress, LineProgress, Out, Progress, note_item, steward_item
 from lanes_es.usecases.confirmation import BatchOptions
+from lanes_es.usecases.coordinator import for_new_batch
 from lanes_es.usecases.deps import Deps
 from lanes_es.usecases.gate import QUESTION, ask_on_terminal, authorization_needed, confirmation_text, pass_gate
 from lanes_es.usecases.load import active_batch, current_authorization
@@ -37,7 +38,8 @@ class AutopilotOptions:
     draws a live board on the terminal (None: when `out` is `print` and stdout is a terminal).
     `executor_env` is added to every Executor's environment (the demo passes LANES_ES_EXECUTOR_HINT).
     An `executor` of one adapter name (claude-code, codex, opencode) runs that agent, each of its
-    attempts ended after `attempt_seconds`.
+    attempts ended after `attempt_seconds`. `coordinator` is where a new batch's coordinator goes
+    (lanes_es/usecases/coordinator.py: None its own worktree, `.` in place, or a directory).
     """
 
     batch: BatchOptions
@@ -50,6 +52,7 @@ class AutopilotOptions:
     live: bool | None = None
     executor_env: Mapping[str, str] | None = None
     attempt_seconds: int = DEFAULT_ATTEMPT_SECONDS
+    coordinator: str | None = None
 
 
 def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = print, *,
@@ -89,22 +92,24 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
                                    f"Initiative {slug}: {holder.describe()}", **holder_facts(holder)))
 
     lease = StewardLease(leases or StewardLeases(deps.store.url), slug)
-
-    executors = executors_for(options.executor, deps.root, lanes / EXECUTOR_LOGS, options.executor_env,
-                              options.attempt_seconds)
-    autopilot = Autopilot(deps=deps, slug=slug, max_parallel=max_parallel, steward=Steward(deps.root, lanes),
-                          executors=executors, progress=progress, poll=options.poll, feed=BatchFeed(deps.store),
-                          lease=lease, attempts=AttemptLog(executors, attempt_recorder(deps), deps.store.batch,
-                                                           attempts_anchor(deps)))
+    autopilot: Autopilot | None = None
     try:
         lease.take(options.wait, waiting_for)
+        deps = for_new_batch(deps, slug, options.coordinator)  # under the lease: one autopilot makes it
+        executors = executors_for(options.executor, deps.root, lanes / EXECUTOR_LOGS, options.executor_env,
+                                  options.attempt_seconds)
+        autopilot = Autopilot(deps=deps, slug=slug, max_parallel=max_parallel, steward=Steward(deps.root, lanes),
+                              executors=executors, progress=progress, poll=options.poll,
+                              feed=BatchFeed(deps.store), lease=lease,
+                              attempts=AttemptLog(executors, attempt_recorder(deps), deps.store.batch,
+                                                  attempts_anchor(deps)))
         confirm_batch(deps, slug, options, note, ask)
         on_cluster(deps, slug, executors)
         refuse_unbounded_budgets(recorded_budgets(deps, slug), executors.agent)
         return autopilot.run()
     except ExecutorUnavailable as error:
         refuse("executor_unavailable", f"lanes-es run: {error}")
-        autopilot.wait_for_all()
+        _wait_for_all(autopilot)
         return EXIT_REFUSED
     except StewardBusy as error:
         refuse(error.code, f"lanes-es run: {error.detail}", **holder_facts(error.holder))
@@ -113,19 +118,24 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
         refuse(error.code, f"lanes-es run: {error.detail}")
         return EXIT_REFUSED
     except ServiceError as error:
-        autopilot.wait_for_all()
+        _wait_for_all(autopilot)
         if error.code == "empty_enrollable_set":
             return nothing_to_run(deps, slug, note)
         refuse(error.code, f"lanes-es run: {error}")
         return EXIT_REFUSED
     except KeyboardInterrupt:
         progress.close()
-        progress.tell(steward_item("interrupted", interrupted_text(autopilot.executors.running),
-                                   task_ids=sorted(autopilot.executors.running)))
+        running = autopilot.executors.running if autopilot is not None else {}
+        progress.tell(steward_item("interrupted", interrupted_text(running), task_ids=sorted(running)))
         return 130
     finally:
         lease.give_back()
         progress.close()
+
+
+def _wait_for_all(autopilot: Autopilot | None) -> None:
+    if autopilot is not None:
+        autopilot.wait_for_all()
 
 
 def confirm_batch(deps: Deps, slug: str, options: AutopilotOptions, out: Out,

@@ -22,11 +22,21 @@ def summary_lines(autopilot: Autopilot, report: dict[str, Any], stopped_for: str
     lines.append(f"{len(report['commits'])} commit{'s' if len(report['commits']) != 1 else ''} on "
                  f"imm/{report['initiative_slug']}; {released} Lane{'s' if released != 1 else ''} "
                  f"released by the steward")
+    lines += coordinator_lines(autopilot)
     lines += budget_stop_lines(autopilot, report)
     lines += kept_lines(autopilot, report)
     lines += waiting_lines(autopilot, report)
     lines.append(f"next: {next_step(report, stopped_for)}")
     return lines
+
+
+def coordinator_lines(autopilot: Autopilot) -> list[str]:
+    """Where the batch ran, when not in the user's checkout (docs/concepts/coordinator.md)."""
+    deps = autopilot.deps
+    if deps.checkout is None:
+        return []
+    return [f"the batch ran in its coordinator worktree {deps.root} (`lanes-es status "
+            f"{autopilot.slug}` says so again); your checkout {deps.checkout} was left as it was"]
 
 
 def released_note(autopilot: Autopilot, child: dict[str, Any]) -> str:

@@ -47,7 +47,8 @@ def authorize(deps: Deps, confirmation: Confirmation) -> ev.BatchAuthorized:
                     children=confirmation.children, confirmation_ref=f"lanes-es-confirm-{uuid.uuid4().hex[:16]}",
                     final_verification=confirmation.final_verification,
                     delegate_revisions=confirmation.delegate_revisions, resumes=confirmation.resumes,
-                    repository=deps.root, repository_id=deps.store.repository_id,
+                    repository=deps.user_checkout, repository_id=deps.store.repository_id,
+                    coordinator=deps.root if deps.checkout is not None else None,
                     integration=confirmation.integration,
                     verify_workers=confirmation.verify_workers, flake_reruns=confirmation.flake_reruns,
                     executor_budget=confirmation.executor_budget, runner=confirmation.runner)

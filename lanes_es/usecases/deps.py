@@ -7,6 +7,7 @@ from typing import Any, Callable, Protocol
 
 from lanes_es.adapters.store import EventStore, default_store_url
 from lanes_es.domain.repository import RepositoryIdentity
+from lanes_es.ports import Coordinators
 from lanes_es.tick_input import TickPorts
 
 
@@ -17,6 +18,9 @@ class Adapters(Protocol):
     def on_cluster(self, ports: TickPorts, runner: str, batch_id: str) -> TickPorts:
         """`ports` with the batch's checks on the Ray cluster `runner` (only asked for when the batch's
         authorization names one)."""
+
+    def coordinators(self) -> Coordinators:
+        """The coordinator worktrees and the landing of a batch branch (lanes_es/usecases/coordinator.py)."""
 
     def head(self, root: str) -> str:
         """The coordinator's HEAD commit."""
@@ -36,8 +40,10 @@ class Adapters(Protocol):
 
 @dataclass
 class Deps:
-    """What a use case is given: the checkout the command runs in, the log, the adapters and the clock.
+    """What a use case is given: the coordinator checkout, the log, the adapters and the clock.
 
+    `root` is the coordinator: the checkout the command runs in, or the coordinator worktree of the
+    batch (lanes_es/usecases/coordinator.py), when `checkout` is the user's checkout the command runs in.
     `stats_path` is LANES_ES_STATS: the file a tick appends its counts to (None: none).
     """
 
@@ -46,16 +52,23 @@ class Deps:
     adapters: Adapters
     now: Callable[[], str]
     stats_path: str | None = None
+    checkout: str | None = None
+
+    @property
+    def user_checkout(self) -> str:
+        """The checkout the command runs in (the user's), whatever checkout coordinates the batch."""
+        return self.checkout or self.root
 
     def repository_opened(self) -> RepositoryIdentity:
         """The checkout this command runs in and the repository id the store was opened with."""
-        return RepositoryIdentity(repository_id=getattr(self.store, "repository_id", None), checkout=self.root)
+        return RepositoryIdentity(repository_id=getattr(self.store, "repository_id", None),
+                                  checkout=self.user_checkout)
 
     def repository_now(self) -> RepositoryIdentity:
         """The same, read from the files now when the adapters can (the gate compares them after the user's
         answer), else as the store was opened."""
         read = getattr(self.adapters, "repository_identity", None)
-        return self.repository_opened() if read is None else read(self.root)
+        return self.repository_opened() if read is None else read(self.user_checkout)
 
     def store_is_shared(self) -> bool:
         """Whether the log is not this checkout's own embedded store (only a shared one can be read from

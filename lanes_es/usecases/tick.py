@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from lanes_es.adapters.store import StoreConflict
 from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.batch import LaneBatch
+from lanes_es.domain.record import is_terminal
 from lanes_es.domain.runner import is_ray
 from lanes_es.errors import ServiceError
 from lanes_es.exit_codes import EXIT_NEEDS_PERSON, EXIT_OK, EXIT_REFUSED
@@ -60,6 +61,7 @@ def tick(deps: Deps, slug: str, *, max_parallel: int | None = None, offers: list
     if authorization is None:
         raise ServiceError("batch_authorization_invalid",
                            f"Initiative {slug} has no current authorization; run `lanes-es authorize {slug}` first")
+    deps = _at_coordinator(deps, authorization)
     root = deps.root
     require_writable_state(root, f"tick {slug}")
     require_stats_file(deps.stats_path)
@@ -89,6 +91,20 @@ def tick(deps: Deps, slug: str, *, max_parallel: int | None = None, offers: list
         problem = anchor(deps, root, outcome.batch, timings)
         write_stats(deps.stats_path, started, timings)
         return TickResult(outcome.report, authorization.batch_id, outcome.written, repaired, problem)
+
+
+def _at_coordinator(deps: Deps, authorization: Any) -> Deps:
+    """Every step runs in the batch's coordinator (its log says where); a running batch's coordinator removed
+    by hand is made again, a terminal batch's is refused (`coordinator_removed`: its log keeps it all)."""
+    from pathlib import Path
+
+    from lanes_es.usecases.coordinator import at_coordinator
+
+    restore = False
+    if authorization.coordinator is not None and not (Path(authorization.coordinator) / ".git").exists():
+        batch = deps.store.batch(authorization.batch_id)  # read only when the coordinator is gone
+        restore = batch is None or not is_terminal(batch.batch_state)
+    return at_coordinator(deps, authorization, restore=restore)
 
 
 def _refuse_in_another_repository(deps: Deps, tick: TickInput, batch: LaneBatch | None) -> TickResult | None:

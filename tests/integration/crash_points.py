@@ -7,7 +7,9 @@ store save), and ticks resume in a new engine instance until the batch settles. 
 run must end like the uninterrupted one: the same child states, the same batch-branch
 content, exactly one commit per integrated child (on the batch branch and on its Lane
 branch), a log whose digest chain holds and whose record passes the v2 validator at
-every version, and a state file equal to its rebuild.
+every version, and a state file equal to its rebuild. Each run's batch runs in its coordinator
+worktree (the default: docs/concepts/coordinator.md), and the user's checkout stays on main with
+none of the batch's files.
 
 One module per integration mode (test_crash_points_<mode>.py, made by `crash_point_tests`), so
 that pytest-xdist's workers share the modes out; each runs on SQLite and on PostgreSQL.
@@ -51,6 +53,7 @@ from tests.gitfixtures import descriptor, git_out, intent_json, make_repo, run_g
 from lanes_es.usecases.authorize import authorize
 from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
 from lanes_es.usecases.load import initiative
+from lanes_es.usecases.coordinator import batch_root
 from lanes_es.usecases.tick import tick
 
 # Descriptors run coreutils' `test`, not python3: the run is repeated once per call, so each spawn counts.
@@ -164,14 +167,17 @@ class Template(NamedTuple):
 def make_template(base: Path, mode: str, store: str | None) -> Template:
     intents = {t: intent_json(t, task.scope, verification=task.verification) for t, task in TASKS.items()}
     root = make_repo(base / "repo", intents=intents, files={f"docs/initiatives/{SLUG}.md": initiative_markdown(TASKS)})
-    confirm(root, store, mode)
     return Template(root, store, mode)
 
 
 def confirm(root: str, store: str | None, mode: str, clock: SteppingClock | None = None) -> None:
+    """Confirmed in the copy, as a user would: the batch runs in a coordinator worktree of the copy's own
+    (docs/concepts/coordinator.md), which every tick then finds from the log."""
     from lanes_es.bootstrap import bootstrap
+    from lanes_es.usecases.coordinator import default_place, for_new_batch
 
     deps = bootstrap(root, store, clock=clock or SteppingClock())
+    deps = for_new_batch(deps, SLUG, str(default_place(deps, SLUG)))
     authorize(deps, prepare_confirmation(deps, SLUG, BatchOptions(max_parallel=3, integration=mode, verify_workers=2)))
     deps.store.close()
 
@@ -183,10 +189,8 @@ def copy_repository(template: Template, target: Path) -> Iterator[tuple[str, str
 
     shutil.copytree(template.root, target / "repo", symlinks=True)
     store = clone_postgres_schema(template.store) if template.store else None
-    if store:
-        # A copy of a checkout ticking on a store that is not its own file is another checkout of a
-        # shared store (batch_repository_changed): the copy is confirmed where it now is, as a user would.
-        confirm(os.path.realpath(target / "repo"), store, template.mode, SteppingClock(1_900_000_000.5))
+    # The template is not confirmed: a coordinator worktree is a worktree of one repository, which a copy is not.
+    confirm(os.path.realpath(target / "repo"), store, template.mode)
     try:
         yield os.path.realpath(target / "repo"), store
     finally:
@@ -305,7 +309,9 @@ def check_log(root: str, store: str | None) -> None:
         for version in range(1, len(events) + 1):
             record = fold_record(events[:version])
             validate_record(record, batch_id)
-        assert drift(root, documents_of(deps.store.batch(batch_id))) == []
+        assert Path(root, ".imm").exists() is False, "the user's checkout holds the batch's files"
+        assert git_out(root, "branch", "--show-current") == "main", "the user's checkout was switched"
+        assert drift(batch_root(deps.store, root, batch_id), documents_of(deps.store.batch(batch_id))) == []
         check_anchor_holds(root, batch_id, deps.store.stored_events(batch_id), events)
     finally:
         deps.store.close()

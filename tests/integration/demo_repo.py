@@ -13,8 +13,9 @@ from lanes_es.cli.demo import run_demo
 
 
 def make_demo(base: Path) -> tuple[Path, str]:
-    """Run the demo into `base`; the repository and its batch id."""
-    assert run_demo(str(base), out=lambda _line: None) == 0
+    """Run the demo into `base`, in place (its audit tests are about the checkout that ran it, and copy it
+    whole); the repository and its batch id."""
+    assert run_demo(str(base), out=lambda _line: None, coordinator=".") == 0
     repo = base / "repo"
     states = [path for path in (repo / ".imm/state/batches").glob("*.json") if not path.name.endswith(".report.json")]
     assert len(states) == 1

@@ -4,7 +4,9 @@
 and then sleeps. The autopilot is killed while the check runs: the check's leader ends with it (the kernel's
 parent-death signal), and the next `lanes-es run` ends the child the leader left (its group was recorded) and
 removes the killed autopilot's temporary trees before it runs the check again, which then passes. The
-autopilot runs with a temporary directory of its own, so the trees counted are its. On both store backends.
+autopilot runs with a temporary directory of its own, so the trees counted are its. The batch runs in its
+coordinator worktree (the default), where it converges; the user's checkout stays on main, untouched. On
+both store backends.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from lanes_es.adapters.processes import process_alive
 from tests.engine import Task, initiative_markdown
 from tests.gitfixtures import descriptor, intent_json, make_repo
 
+pytestmark = pytest.mark.coordinator_worktree
 PROJECT = Path(__file__).resolve().parents[2]
 SLUG = "slow"
 # First run: a child of its own (in the check's group), the pids where the test reads them, then a long sleep.
@@ -77,8 +82,12 @@ def test_an_autopilot_killed_mid_check_leaves_no_check_running_and_no_tree(tmp_p
         assert again.returncode == 0, again.stdout + again.stderr
         assert not process_alive(child), "what the killed check started still runs"
         assert temporary_trees(temporary) == []
-        (state,) = [path for path in Path(repo, ".imm/state/batches").glob("*.json") if ".report" not in path.name]
+        coordinator = Path(repo, ".git", "lanes-es", "coordinators", SLUG)
+        (state,) = [path for path in Path(coordinator, ".imm/state/batches").glob("*.json")
+                    if ".report" not in path.name]
         assert json.loads(state.read_text())["batch_state"] == "completed"
+        assert subprocess.run(["git", "-C", repo, "status", "--porcelain=v1", "--branch"], capture_output=True,
+                              text=True).stdout == "## main\n"
     finally:
         for pid in pids:
             try:

@@ -14,6 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.coordinator_worktree  # the tutorial runs its batch in the default coordinator worktree
 PROJECT = Path(__file__).resolve().parents[2]
 TUTORIAL = PROJECT / "docs" / "tutorial.md"
 

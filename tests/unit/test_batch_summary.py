@@ -58,10 +58,10 @@ def test_the_authorization_names_the_repository_and_the_batch_keeps_it():
     assert line.children_by_status() == {"integrated": 1, "released": 1}
 
 
-@pytest.mark.parametrize("written_as", [1, 2, 3])
+@pytest.mark.parametrize("written_as", [1, 2, 3, 4])
 def test_an_authorization_written_before_v4_upcasts_to_no_repository_id_and_no_budget(written_as):
     """v1 rows had neither field (no class_version), v2 rows a repository but no repository id, v3 rows no
-    Executor budget."""
+    Executor budget, v4 rows no coordinator (in place, as before coordinator worktrees)."""
     from lanes_es.adapters.store import StructMapper, NullTranscoder
 
     mapper = StructMapper(transcoder=NullTranscoder())
@@ -69,8 +69,10 @@ def test_an_authorization_written_before_v4_upcasts_to_no_repository_id_and_no_b
     import json
 
     state = json.loads(stored.state)
-    assert state.pop("class_version") == 4
-    del state["executor_budget"]
+    assert state.pop("class_version") == 5
+    del state["coordinator"]
+    if written_as < 4:
+        del state["executor_budget"]
     if written_as < 3:
         del state["repository_id"]
     if written_as == 1:
@@ -83,6 +85,7 @@ def test_an_authorization_written_before_v4_upcasts_to_no_repository_id_and_no_b
     assert decoded.repository_id == (None if written_as < 3 else stored_id(stored))
     assert decoded.repository == (None if written_as == 1 else "/r")
     assert decoded.executor_budget is None
+    assert decoded.coordinator is None
 
 
 def stored_id(stored):

@@ -156,13 +156,15 @@ def test_stat01_the_lane_modules_never_switch_or_manage_worktrees(module):
 def test_stat01_only_the_steward_runs_worktree_commands():
     """Nothing in the runtime (lanes_es/ outside the steward, projections/) runs `git worktree`.
 
-    The steward lives in lanes_es/steward/, so the one place allowed in lanes_es/ is the steward's
-    Lane module; the `run` entry point (lanes_es/cli/run.py) keeps no git call at all. tools/ may
-    still make worktrees for the benchmarks, as a person playing the steward would.
+    The steward lives in lanes_es/steward/, so the one place allowed in lanes_es/ for Lanes is the
+    steward's Lane module; the `run` entry point (lanes_es/cli/run.py) keeps no git call at all. The
+    other is no Lane: a batch's coordinator worktree (lanes_es/adapters/coordinator_git.py), made when
+    a batch is confirmed and removed after it ended, never by a tick's steps. tools/ may still make
+    worktrees for the benchmarks, as a person playing the steward would.
     """
     worktree_calls = {module for module in python_modules("lanes_es", "projections")
                       for call in git_calls(module) if call.subcommand == "worktree"}
-    assert worktree_calls == {STEWARD_LANES}
+    assert worktree_calls == {STEWARD_LANES, "lanes_es/adapters/coordinator_git.py"}
     assert git_calls("lanes_es/cli/run.py") == []
 
 

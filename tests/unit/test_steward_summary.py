@@ -7,7 +7,7 @@ from lanes_es.steward.summary import summary_lines
 
 def _autopilot(released):
     return SimpleNamespace(released=released, kept={}, steward_refusals={}, refused={},
-                           executors=SimpleNamespace(finished={}), steward=None)
+                           executors=SimpleNamespace(finished={}), steward=None, deps=SimpleNamespace(checkout=None))
 
 
 def _report(states):
