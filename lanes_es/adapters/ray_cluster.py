@@ -86,14 +86,31 @@ def connect(runner: str) -> Any:
         if ray.is_initialized():
             ray.shutdown()
         try:
-            ray.init(address=f"ray://{ray_address(runner)}", namespace=NAMESPACE, logging_level=logging.ERROR,
-                     log_to_driver=False)
+            _init(ray, runner)
         except (ConnectionError, TimeoutError, RuntimeError) as error:
             raise RayUnavailable(f"the Ray cluster at {runner} did not accept the connection ({error}): check that "
                                  f"its head runs the Ray Client server there and that the token is its token "
                                  f"({TOKEN_HINT})") from None
         _CONNECTED.update(runner=runner, ray=ray)
         return ray
+
+
+CLIENT_SERVER_STARTS = 3  # the head starts a client server per connection; on a loaded head that may time out
+
+
+def _init(ray: Any, runner: str) -> None:
+    for attempt in range(CLIENT_SERVER_STARTS):
+        try:
+            ray.init(address=f"ray://{ray_address(runner)}", namespace=NAMESPACE, logging_level=logging.ERROR,
+                     log_to_driver=False)
+            return
+        except (ConnectionError, RuntimeError) as error:
+            # Ray's proxy gave up waiting for the client server it starts for this connection: a busy head, not
+            # a refusal; connect again (anything else, such as a wrong token, is said at once)
+            if "client server failed" not in str(error) or attempt == CLIENT_SERVER_STARTS - 1:
+                raise
+            if ray.is_initialized():
+                ray.shutdown()
 
 
 def disconnect() -> None:
