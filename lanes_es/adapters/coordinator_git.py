@@ -160,8 +160,9 @@ def _require_landed(root: str, branch: str, tip: str, head: str, slug: str) -> N
     if tip != head and git_ok(root, "merge-base", "--is-ancestor", tip, head).exit_code != 0:
         raise ServiceError("batch_branch_not_landed",
                            f"{branch} holds commits your HEAD {head[:12]} does not have (an earlier batch's, not "
-                           f"landed); nothing was confirmed: land them with `lanes-es land {slug}` (or merge "
-                           f"{branch} yourself), then run `lanes-es authorize {slug}` again")
+                           f"landed); nothing was confirmed: land them (`lanes-es land {slug}` for a completed batch, "
+                           f"else `git merge {branch}`) or drop them (`git branch -D {branch}`), then run "
+                           f"`lanes-es authorize {slug}` again")
 
 
 def _fast_forward(path: str, head: str, slug: str) -> None:

@@ -227,8 +227,10 @@ def execute(handoff: dict[str, Any]) -> None:
     assert cli("--root", handoff["lane_path"], "task", "submit") == 0
 
 
+@pytest.mark.coordinator_worktree
 def test_a_batch_of_three_runs_to_completed_through_start_unattended_batch(repo, tmp_path):
-    """Ports LANE-INP-10 and LANE-DEL-01."""
+    """Ports LANE-INP-10 and LANE-DEL-01, in the default mode: the start tool makes the batch's coordinator
+    worktree, every later call finds it, and the server's checkout stays on main."""
     user = User()
     lanes = tmp_path / "lanes"
 
@@ -281,6 +283,9 @@ def test_a_batch_of_three_runs_to_completed_through_start_unattended_batch(repo,
     assert rows[0]["event"] == "BatchPrepared" and rows[-1]["event"] == "BatchSettled"
     assert [row["version"] for row in rows] == list(range(1, len(rows) + 1))
     assert sorted(row["task_id"] for row in rows if row["transition"] == "integrated") == sorted(TASKS)
+    coordinator = Path(repo, ".git", "lanes-es", "coordinators", SLUG)
+    assert run_git(coordinator, "branch", "--show-current").stdout.decode().strip() == f"imm/{SLUG}"
+    assert run_git(repo, "status", "--porcelain=v1", "--branch").stdout.decode() == "## main\n"
 
 
 # ---------------------------------------------------------------- the gate
