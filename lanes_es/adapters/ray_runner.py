@@ -110,7 +110,8 @@ class RayCheckRunner:
                               f"with --resources='{{\"lanes_es_slots\": N}}'")
         self._hosts = {node: host_actor(self._ray, node, slots) for node, slots in nodes.items()}
         self._require_same_version()
-        self.slots = _Slots(free=dict(nodes))
+        # Only the nodes whose host answered: a node switched off is listed alive until Ray notices it is gone
+        self.slots = _Slots(free={node: slots for node, slots in nodes.items() if node in self._hosts})
         self._trees: dict[str, Any] = {}
         self._putting: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
@@ -211,13 +212,15 @@ class RayCheckRunner:
         hook = None
         try:
             self.journal(AttemptNote("dispatched", attempt_id, node, task_id, identity, work=work))
-            host = self._hosts[node]
+            host = self._hosts.get(node)
             try:
+                if host is None:
+                    raise ClusterLost(f"node {node} has no host")
                 answer = call(host, attempt_id)
                 if cancel is not None:  # a cancelled candidate: the node kills the check's commands
                     hook = cancel.on_set(lambda: host.cancel.remote(attempt_id))
                 return attempt_id, node, self._ray.get(answer)
-            except self._lost_errors() as error:
+            except (ClusterLost, *self._lost_errors()) as error:
                 self.slots.lose(node)
                 self.journal(AttemptNote("lost", attempt_id, node, task_id, identity, _first_line(error), work))
                 return None

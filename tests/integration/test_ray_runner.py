@@ -379,3 +379,29 @@ def test_a_node_removed_in_the_middle_of_a_round_converges_with_the_loss_in_the_
     for task in tasks:  # each Lane's commit on the batch branch once
         assert sum(task in subject for subject in subjects) == 1, subjects
     assert rebuild_holds(engine, store_url)
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_a_runner_that_cannot_be_used_is_refused_in_one_line(tmp_path: Path, store_url: str,
+                                                             monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """No cluster needed: a runner text that is not one is refused before anything is confirmed; a ray runner
+    without its token is refused by the first tick, before anything is sent or recorded against a Lane."""
+    from lanes_es.cli.main import main
+    from tests.engine import Engine, Task
+
+    engine = Engine.create(tmp_path, {"t0": Task(["t0.txt"])})
+    assert main(["--root", engine.root, "authorize", engine.slug, "--yes", "--runner", "ray://head"]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == ["lanes-es: invalid_runner: runner 'ray://head' names no host: write ray://HOST:PORT (the Ray "
+                    "Client server); nothing was confirmed"], said
+    assert engine.deps.store.initiative(engine.slug) is None
+    for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token either
+    monkeypatch.setenv("LANES_ES_RUNNER", "ray://127.0.0.2:1")  # the variable stands for --runner
+    assert main(["--root", engine.root, "authorize", engine.slug, "--yes"]) == 0
+    assert engine.deps.store.initiative(engine.slug).authorizations[-1].runner == "ray://127.0.0.2:1"
+    capsys.readouterr()
+    assert main(["--root", engine.root, "tick", engine.slug]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "the Ray cluster needs its token and no token is set" in said[0], said
