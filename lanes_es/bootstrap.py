@@ -176,8 +176,9 @@ class RealAdapters:
 
 
 def open_store(repository: Repository, url: str | None = None, read_only: bool = False) -> EventStore:
-    """The store of `url` (else $LANES_ES_STORE, else the repository's); `read_only` for commands that only read."""
-    from lanes_es.adapters.store_open import repository_id
+    """The store of `url` (else $LANES_ES_STORE, else the repository's); `read_only` for commands that only read.
+    Neither the store nor this clone's repository id is made before the command's first append."""
+    from lanes_es.adapters.store_open import RepositoryIdToMake, repository_id
 
     resolved = store_url_from_env(url, repository.common_dir)
     if not read_only and resolved != default_store_url(repository.common_dir):
@@ -187,10 +188,12 @@ def open_store(repository: Repository, url: str | None = None, read_only: bool =
     from lanes_es.adapters.anchored_marker import anchored_dir, anchored_tip
 
     anchored = anchored_dir(repository.common_dir)
+    known = repository_id(repository.common_dir, create=False)
+    to_make = RepositoryIdToMake(repository.common_dir) if known is None and not read_only else None
     return EventStore(resolved, lock_dir=repository.common_dir / "lanes-es" / "locks", read_only=read_only,
-                      repository_id=repository_id(repository.common_dir, create=not read_only),
-                      owns_checkout=lambda path: _same_repository(repository, path),
-                      anchored=lambda batch_id: anchored_tip(anchored, batch_id))
+                      repository_id=known, owns_checkout=lambda path: _same_repository(repository, path),
+                      anchored=lambda batch_id: anchored_tip(anchored, batch_id), id_to_make=to_make,
+                      made_by_first_save=True)
 
 
 def _same_repository(repository: Repository, path: str) -> bool:

@@ -16,7 +16,8 @@ EXIT_PIPE_CLOSED = 141  # the reader of the output went away (128 + SIGPIPE), as
 EXIT_CODE_TABLE = (
     (EXIT_OK, "done (a tick: the batch is running or completed)"),
     (EXIT_FINDING, "a finding: verify, replay or rebuild --check found damage or drift"),
-    (EXIT_REFUSED, "refused or bad input; nothing was written (a busy batch too); the message names the next command"),
+    (EXIT_REFUSED, "refused or bad input; nothing was written but a started batch's audit event (a busy batch too); "
+                   "the message names the next command"),
     (EXIT_NEEDS_PERSON, "the batch needs a person: needs_human, budget_stopped or failed"),
     (EXIT_INTERNAL, "an internal error: a bug in lanes-es, never something you caused"),
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C), with the checks it started; run the same command again to go on"),

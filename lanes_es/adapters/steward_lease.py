@@ -60,7 +60,15 @@ class StewardLeases:
     """Take, renew and give back leases, on the backend the store URL names."""
 
     def __init__(self, store_url: str) -> None:
-        self.backend: _Backend = _backend_for(store_url)
+        self.store_url = store_url
+        self._backend: _Backend | None = None
+
+    @property
+    def backend(self) -> "_Backend":
+        """Made at the first use: its table lives in the store, which a run makes only when it records."""
+        if self._backend is None:
+            self._backend = _backend_for(self.store_url)
+        return self._backend
 
     def take(self, me: LeaseHolder, seconds: float) -> LeaseHolder | None:
         """Take the lease for `me.scope` for `seconds`; None when taken, else who holds it."""

@@ -36,9 +36,10 @@ from lanes_es.domain import events as ev
 from lanes_es.domain.batch import LaneBatch
 from lanes_es.domain.jstext import parse_json
 from lanes_es.domain.initiative import Initiative, initiative_id, slug_of
-from lanes_es.adapters.store_open import (CONNECT_TIMEOUT, VERIFY_HINT, full_disk, lost_connection, missing_schema,
-                                         outage_refusal, parsed_store_url, privilege_refusal, probe_postgres,
-                                         shown_url, sqlite_database, store_failure)
+from lanes_es.adapters.store_open import (CONNECT_TIMEOUT, VERIFY_HINT, full_disk, lost_connection,
+                                         make_sqlite_store, missing_schema, missing_schema_cause, outage_refusal,
+                                         parsed_store_url, privilege_refusal, probe_postgres, shown_url,
+                                         sqlite_database, store_failure)
 from lanes_es.errors import Refusal
 
 _ENCODER = msgspec.json.Encoder(order="sorted")
@@ -230,8 +231,9 @@ def _schema_of(url: str, query: str) -> str:
     return schema
 
 
-def store_env(url: str, read_only: bool = False) -> dict[str, str]:
-    """eventsourcing's environment for a store URL (checked: lanes_es/adapters/store_open.py)."""
+def store_env(url: str, read_only: bool = False, make: bool = True) -> dict[str, str]:
+    """eventsourcing's environment for a store URL (checked: lanes_es/adapters/store_open.py); `make` False: a
+    SQLite store that does not exist yet is not made (its first append makes it)."""
     env = {
         "MAPPER_TOPIC": get_topic(StructMapper),
         "TRANSCODER_TOPIC": get_topic(NullTranscoder),
@@ -264,7 +266,7 @@ def store_env(url: str, read_only: bool = False) -> dict[str, str]:
     else:
         raise StoreError(f"unknown store URL {url!r}: use a SQLite path, sqlite:///PATH, postgresql://USER@HOST/DB "
                          f"or memory: with --store or LANES_ES_STORE")
-    database = sqlite_database(path, read_only)
+    database = sqlite_database(path, read_only, make)
     env.update({"PERSISTENCE_MODULE": get_topic(DurableSQLiteFactory), "SQLITE_DBNAME": database,
                 "SQLITE_LOCK_TIMEOUT": str(sqlite_busy_seconds())})
     if database != path and database != ":memory:":
@@ -295,17 +297,19 @@ class EventStore:
 
     def __init__(self, url: str, lock_dir: Path | None = None, read_only: bool = False,
                  repository_id: str | None = None, owns_checkout: Callable[[str], bool] | None = None,
-                 anchored: Callable[[str], tuple[int, str] | None] | None = None) -> None:
+                 anchored: Callable[[str], tuple[int, str] | None] | None = None,
+                 id_to_make: Any = None, made_by_first_save: bool = False) -> None:
         self.url = url
         self.lock_dir = lock_dir
-        self.repository_id = repository_id
+        self._repository_id = repository_id
+        self._id_to_make = id_to_make  # RepositoryIdToMake: this clone has no id yet, its first Initiative makes it
         self.owns_checkout = owns_checkout
         self.anchored = anchored
-        env = store_env(url, read_only)
+        env = store_env(url, read_only, make=not made_by_first_save)
         # False when a read-only open found a store this user cannot write, or none at all (then it
         # reads an empty one in memory): what would write there (the read model) must fold in memory.
         self.writable = not read_only or _opened_for_writing(env)
-        has_log, postgres_env = True, env
+        has_log = True
         postgres = is_postgres_url(url)
         if postgres:
             has_log, may_create = probe_postgres(url, env, f"{LanesApplication.name.lower()}_events",
@@ -318,23 +322,78 @@ class EventStore:
                 # table and its index, so a log table means all of them are there: a writer of an
                 # existing store runs no DDL (a third of its open) and needs no ownership of the schema.
                 env = {**env, "CREATE_TABLE": "no"}
+        elif not read_only and env.get("SQLITE_DBNAME", ":memory:") != ":memory:":
+            has_log = Path(env["SQLITE_DBNAME"]).exists()
+        # `made_by_first_save` (every command): a store that does not exist yet is made by its first append, not
+        # by opening it, so a command refused before it records anything leaves no file, table or type behind.
+        # Until then it reads as empty.
+        self._unmade_env = None if read_only or has_log or not made_by_first_save else env
+        self._app = (LanesApplication(env=store_env("memory:")) if self._unmade_env
+                     else self._open(env, makes_tables=postgres and not read_only and not has_log))
+
+    @property
+    def app(self) -> LanesApplication:
+        """eventsourcing's application over the store; while the store is not made, one over an empty log in
+        memory, until another command makes the store (a long-lived process then reads what it wrote)."""
+        if self._unmade_env is not None and self._appeared(self._unmade_env):
+            postgres = is_postgres_url(self.url)  # a SQLite file made by another command may have no table yet
+            self._switch(self._open({**self._unmade_env, "CREATE_TABLE": "no"} if postgres else self._unmade_env,
+                                    makes_tables=False))
+        return self._app
+
+    def _appeared(self, env: dict[str, str]) -> bool:
+        if is_postgres_url(self.url):
+            return probe_postgres(self.url, env, f"{LanesApplication.name.lower()}_events", writes=True)[0]
+        return Path(env["SQLITE_DBNAME"]).exists()
+
+    def _switch(self, app: LanesApplication) -> None:
+        self._app.close()
+        self._app, self._unmade_env = app, None
+
+    @property
+    def repository_id(self) -> str | None:
+        """This clone's id; None while it has none (it then has no Initiative keyed by one): made with its first
+        Initiative (`new_initiative`), or by another command meanwhile."""
+        if self._id_to_make is not None:
+            found = self._id_to_make.found()
+            if found is not None:
+                self._repository_id, self._id_to_make = found, None
+        return self._repository_id
+
+    @property
+    def made(self) -> bool:
+        """Whether the store exists (a writer's store not made yet reads as empty until its first append)."""
+        self.app  # noqa: B018 - opened as it stands when another command made it meanwhile
+        return self._unmade_env is None
+
+    def _open(self, env: dict[str, str], makes_tables: bool) -> LanesApplication:
+        url = self.url
         try:
-            if postgres and not read_only and not has_log:  # this command makes the store's tables
+            if makes_tables:  # this command makes the store's tables
                 with self._setup_lock():
-                    self.app = LanesApplication(env=env)
-            else:
-                self.app = LanesApplication(env=env)
+                    return LanesApplication(env=env)
+            return LanesApplication(env=env)
         except Exception as error:  # a driver error names the path or host; keep it
-            refused = privilege_refusal(error, new_store=not has_log)  # the probe above named this store
+            refused = privilege_refusal(error, new_store=makes_tables)  # the probe named this store
             if refused is not None:
                 raise refused from None
             if missing_schema(error):
-                raise store_failure(url, f"names schema {postgres_env['POSTGRES_SCHEMA']}, which database "
-                                         f"{postgres_env['POSTGRES_DBNAME']} does not have: create it (CREATE SCHEMA "
-                                         f"{postgres_env['POSTGRES_SCHEMA']} AUTHORIZATION "
-                                         f"{postgres_env['POSTGRES_USER']}) or fix ?schema= in the URL") from None
+                raise store_failure(url, missing_schema_cause(env)) from None
             full = full_disk(url, error)
             raise StoreError(f"cannot open the event store {shown_url(url)}: {full or error}") from error
+
+    def _make(self) -> None:
+        """Before the first append: the store itself (the SQLite file, or the PostgreSQL tables), unless another
+        command made it meanwhile."""
+        env = self._unmade_env
+        if env is None or self._appeared(env):
+            self.app  # noqa: B018 - made by another command meanwhile: opened as it stands
+            return
+        if is_postgres_url(self.url):
+            self._switch(self._open(env, makes_tables=True))
+        else:
+            make_sqlite_store(Path(env["SQLITE_DBNAME"]))
+            self._switch(self._open(env, makes_tables=False))
 
     @property
     def shown_url(self) -> str:
@@ -356,7 +415,7 @@ class EventStore:
                 _unlock(connection, key)
 
     def close(self) -> None:
-        self.app.close()
+        self._app.close()
 
     # ------------------------------------------------------------ aggregates
 
@@ -365,6 +424,7 @@ class EventStore:
         count = sum(len(aggregate.pending_events) for aggregate in aggregates)
         if not count:
             return 0
+        self._make()
         try:
             self.app.save(*aggregates)
         except RecordConflictError as error:
@@ -416,7 +476,13 @@ class EventStore:
         return legacy if legacy is not None and self._belongs_here(legacy) else None
 
     def new_initiative(self, at: str, slug: str) -> Initiative:
-        return Initiative.register(at=at, slug=slug, repository_id=self.repository_id)
+        return Initiative.register(at=at, slug=slug, repository_id=self.recorded_repository_id())
+
+    def recorded_repository_id(self) -> str | None:
+        """This clone's id, for a confirmation about to be recorded: made now when the clone has none yet."""
+        if self._id_to_make is not None and self.repository_id is None:
+            self._repository_id, self._id_to_make = self._id_to_make.make(), None
+        return self.repository_id
 
     def initiative_lock_name(self, slug: str) -> str:
         """The lock `authorize` holds: per repository too, so repositories sharing a store never wait on each other."""
@@ -505,7 +571,9 @@ class EventStore:
             with self._database_lock(name, wait):
                 yield
             return
-        if self.lock_dir is None:
+        if self.lock_dir is None or not self.made:
+            # Nothing to guard in a store not made yet, and nothing is written for it: its first append is
+            # fenced by the log's expected versions and by the link that makes the repository id.
             yield
             return
         self.lock_dir.mkdir(parents=True, exist_ok=True)

@@ -43,8 +43,10 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
 
 
-def sqlite_database(path: str, read_only: bool) -> str:
-    """The SQLite database name to open for `path`, after refusing what is not a lanes-es store."""
+def sqlite_database(path: str, read_only: bool, make: bool = True) -> str:
+    """The SQLite database name to open for `path`, after refusing what is not a lanes-es store. `make` False:
+    a writer's store that does not exist yet is checked (its place writable) but not made (`make_sqlite_store`,
+    at its first append)."""
     if not path.strip():
         raise store_failure(repr(path), "names no file; give a path with --store or LANES_ES_STORE, or unset it for "
                                         "the repository's own store")
@@ -59,9 +61,19 @@ def sqlite_database(path: str, read_only: bool) -> str:
         return ":memory:"  # nothing recorded yet; a read-only command creates no store
     if not read_only:
         _require_writable(store)
-        if not store.exists():
-            _make_store_file(store)
+        if make and not store.exists():
+            make_sqlite_store(store)
     return path
+
+
+def make_sqlite_store(store: Path) -> None:
+    """Make the SQLite store at `store` (and its directory); one another command made meanwhile is kept."""
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise store_failure(str(store), f"cannot be made: {error.strerror} for {error.filename}") from None
+    if not store.exists():
+        _make_store_file(store)
 
 
 def parsed_store_url(url: str) -> Any:
@@ -155,10 +167,6 @@ def _require_writable(store: Path) -> None:
                                         "to it: use a writable --store, or ask its owner. Read-only commands "
                                         "(status, plan, replay, verify, export, audit, batches, flakes) still work "
                                         "on it", read_only=True)
-    try:
-        store.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise store_failure(str(store), f"cannot be made: {error.strerror} for {error.filename}") from None
 
 
 def _make_store_file(store: Path) -> None:
@@ -223,9 +231,20 @@ def probe_postgres(url: str, env: dict[str, str], log_table: str, writes: bool) 
     finally:
         connection.close()
     has_log, may_create, may_append = bool(row and row[0]), bool(row and row[1] is not False), bool(row and row[2])
-    if writes and has_log and not may_append:  # refused before the command does anything, not at its first append
+    # Refused before the command does anything, not at its first append (a new store is made there).
+    if writes and has_log and not may_append:
         raise store_failure(url, privilege_cause(f"permission denied to append to table {log_table}", env, writes))
+    if writes and not has_log and row and row[1] is None:
+        raise store_failure(url, missing_schema_cause(env))
+    if writes and not has_log and not may_create:
+        raise store_failure(url, privilege_cause(f"permission denied for schema {env['POSTGRES_SCHEMA']}", env, writes,
+                                                 new_store=True))
     return has_log, may_create
+
+
+def missing_schema_cause(env: dict[str, Any]) -> str:
+    return (f"names schema {env['POSTGRES_SCHEMA']}, which database {env['POSTGRES_DBNAME']} does not have: create it "
+            f"(CREATE SCHEMA {env['POSTGRES_SCHEMA']} AUTHORIZATION {env['POSTGRES_USER']}) or fix ?schema= in the URL")
 
 
 # Whether the log table is there, whether the role may create in the schema, and whether it may append to the
@@ -426,6 +445,22 @@ def repository_id(common_dir: Path, create: bool) -> str | None:
         raise _id_failure(path, "is not 32 hex digits: it was edited outside lanes-es; restore it from a backup "
                                 "(this repository's Initiatives in the store are keyed by it)")
     return text
+
+
+class RepositoryIdToMake:
+    """This clone's id while it has none: made when the clone's first Initiative is (`EventStore`), right before
+    the first append of its first confirmation, so that a command refused before it records anything leaves no
+    id behind. Until then it is read again at each use, so an id another command made meanwhile is the one used;
+    two first confirmations at once agree on one id (the link in `repository_id`)."""
+
+    def __init__(self, common_dir: Path) -> None:
+        self.common_dir = common_dir
+
+    def found(self) -> str | None:
+        return repository_id(self.common_dir, create=False)
+
+    def make(self) -> str | None:
+        return repository_id(self.common_dir, create=True)
 
 
 def _id_failure(path: Path, cause: str) -> Exception:

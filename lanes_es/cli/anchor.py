@@ -194,9 +194,9 @@ def prove_command(store: Any, root: Path, batch_id: str, version: int, output: P
     from lanes_es.audit import merkle
     from lanes_es.audit.anchor import leaf_data, log_leaves
     from lanes_es.audit.signed_note import Checkpoint, NoteError
-    from lanes_es.cli.audit import load_rows
+    from lanes_es.cli.audit import load_sound_rows
 
-    rows = load_rows(store, batch_id)
+    rows, _ = load_sound_rows(store, batch_id)  # a damaged log is refused, never proved (verify names the damage)
     note, _ = read_anchor(str(root), batch_id)
     if note is None:
         from lanes_es.audit.signing import audit_extra_missing

@@ -93,8 +93,12 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
 
     lease = StewardLease(leases or StewardLeases(deps.store.url), slug)
     autopilot: Autopilot | None = None
+    # The lease is a row in the store: on a store not made yet it is taken once the confirmation's append made
+    # it, so that a refused confirmation writes nothing (two first runs at once are told apart by the lease then).
+    new_store = not deps.store.made
     try:
-        lease.take(options.wait, waiting_for)
+        if not new_store:
+            lease.take(options.wait, waiting_for)
         deps = for_new_batch(deps, slug, options.coordinator)  # under the lease: one autopilot makes it
         executors = executors_for(options.executor, deps.root, lanes / EXECUTOR_LOGS, options.executor_env,
                                   options.attempt_seconds)
@@ -106,6 +110,8 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
         confirm_batch(deps, slug, options, note, ask)
         on_cluster(deps, slug, executors)
         refuse_unbounded_budgets(recorded_budgets(deps, slug), executors.agent)
+        if new_store:
+            lease.take(options.wait, waiting_for)
         return autopilot.run()
     except ExecutorUnavailable as error:
         refuse("executor_unavailable", f"lanes-es run: {error}")

@@ -16,6 +16,7 @@ from lanes_es.domain.aggregate import TransitionRefused
 from lanes_es.domain.ids import batch_branch_name
 from lanes_es.domain.initiative import Initiative
 from lanes_es.domain.record import is_terminal
+from lanes_es.domain.repository import RepositoryIdentity
 from lanes_es.errors import Refusal, ServiceError
 from lanes_es.usecases.confirmation import Confirmation
 from lanes_es.usecases.deps import Deps
@@ -47,7 +48,7 @@ def authorize(deps: Deps, confirmation: Confirmation) -> ev.BatchAuthorized:
                     children=confirmation.children, confirmation_ref=f"lanes-es-confirm-{uuid.uuid4().hex[:16]}",
                     final_verification=confirmation.final_verification,
                     delegate_revisions=confirmation.delegate_revisions, resumes=confirmation.resumes,
-                    repository=deps.user_checkout, repository_id=deps.store.repository_id,
+                    repository=deps.user_checkout, repository_id=deps.store.recorded_repository_id(),
                     coordinator=deps.root if deps.checkout is not None else None,
                     integration=confirmation.integration,
                     verify_workers=confirmation.verify_workers, flake_reruns=confirmation.flake_reruns,
@@ -92,13 +93,18 @@ def _require_unmoved_since_gate(deps: Deps, confirmation: Confirmation) -> None:
         raise ServiceError("repository_became_unreadable",
                            f"the git repository {confirmation.repository.checkout} became unreadable after the "
                            f"confirmation ({error}); {again}") from None
-    if repository != confirmation.repository:
+    if repository != confirmation.repository and not _id_made_since(confirmation.repository, repository):
         raise ServiceError("batch_repository_changed",
                            f"the confirmation was given for {confirmation.repository.describe()}, and this "
                            f"checkout is now {repository.describe()}; {again}")
     if head != confirmation.seen_head:
         raise ServiceError("head_moved", f"HEAD of {deps.root} moved after the confirmation (from "
                                          f"{confirmation.seen_head} to {head}); {again}")
+
+
+def _id_made_since(confirmed: RepositoryIdentity, now: RepositoryIdentity) -> bool:
+    """The clone had no id when the user was asked and another command made one since: the same clone."""
+    return confirmed.repository_id is None and confirmed.checkout == now.checkout
 
 
 def _still_confirms(deps: Deps, initiative: Initiative | None, confirmation: Confirmation) -> ev.BatchAuthorized | None:

@@ -17,6 +17,7 @@ from typing import Callable
 
 import pytest
 
+from lanes_es.adapters.store_open import repository_id
 from tests.engine import Task
 from tests.engine_more import make_engine
 from tests.gitfixtures import all_refs, git_out, run_git
@@ -107,6 +108,8 @@ def test_a_repository_that_became_unreadable_during_the_prompt_is_refused(tmp_pa
     refs = all_refs(engine.root)
     id_file = Path(git_out(engine.root, "rev-parse", "--path-format=absolute", "--git-common-dir"),
                    "lanes-es", "repository-id")
+    made = repository_id(id_file.parent.parent, create=True)  # a clone with an id (made by its first append)
+    assert engine.deps.store.repository_id == made
     code, _, err = authorize_moving(engine.root, engine.slug, lambda: id_file.write_text("not an id\n"))
     refused_writing_nothing(engine, code, err, "repository_became_unreadable", refs)
 
@@ -118,6 +121,8 @@ def test_a_repository_id_replaced_during_the_prompt_is_another_repository(tmp_pa
     refs = all_refs(engine.root)
     id_file = Path(git_out(engine.root, "rev-parse", "--path-format=absolute", "--git-common-dir"),
                    "lanes-es", "repository-id")
+    made = repository_id(id_file.parent.parent, create=True)  # a clone with an id (made by its first append)
+    assert engine.deps.store.repository_id == made
     code, _, err = authorize_moving(engine.root, engine.slug, lambda: id_file.write_text("f" * 32 + "\n"))
     refused_writing_nothing(engine, code, err, "batch_repository_changed", refs)
 

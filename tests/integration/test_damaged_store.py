@@ -2,8 +2,8 @@
 
 The damage no decoding sees: one event's payload rewritten (still valid JSON, its digest left as it was),
 and the newest event deleted while the checkpoint this machine signed proves the cut. `verify` names it
-(exit 1); `status` and `tick` refuse it with the pointer to `verify` (exit 2) and a tick appends nothing
-over it. A checkpoint ref deleted while this machine's marker records the size it anchored is a finding
+(exit 1); `status`, `tick`, `rebuild` and `prove` refuse it with the pointer to `verify` (exit 2), a tick
+appends nothing over it and a rebuild writes no projection of it. A checkpoint ref deleted while this machine's marker records the size it anchored is a finding
 too, and no tick signs a new one over the deletion.
 """
 
@@ -51,13 +51,16 @@ def refused_everywhere_but_verify(repo: Path, batch_id: str, rule: str) -> None:
         found = lanes(repo, *finding)
         assert found.returncode == EXIT_FINDING and rule in found.stdout, (finding, found.stdout[-2000:])
     page, exported = repo.parent / "audit.html", repo.parent / "log.jsonl"
+    projections = {path: path.read_bytes() for path in (repo / ".imm").rglob("*.json")}
     for command in (["status", SLUG], ["status", "--batch", batch_id], ["tick", SLUG], ["flakes"],
-                    ["export", batch_id, "-o", str(exported)], ["audit", batch_id, "-o", str(page)]):
+                    ["export", batch_id, "-o", str(exported)], ["audit", batch_id, "-o", str(page)],
+                    ["rebuild", batch_id], ["rebuild", "--all", "--check"], ["prove", batch_id, "--event", "1"]):
         line = refused(lanes(repo, *command), f"the event store's log of {batch_id} does not verify", rule,
                        f"`lanes-es verify {batch_id}` lists every finding")
         assert "nothing was read from it or written to it" in line, (command, line)
     assert rows(repo) == before  # the tick appended nothing over the damage
     assert not page.exists() and not exported.exists()
+    assert {path: path.read_bytes() for path in (repo / ".imm").rglob("*.json")} == projections  # no rebuild wrote
 
 
 def test_a_rewritten_payload_is_refused_by_every_command_but_verify(repo):

@@ -4,6 +4,7 @@ on both backends, and says so on stderr in CLI words."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ def repo(plain_repo: Path) -> Path:
 
 def test_a_rejected_tick_says_so_on_stderr_in_cli_words_and_records_only_the_refusal(repo):
     batch_id = started(repo)
-    before = rows(repo)
+    before, files, refs = rows(repo), _projections(repo), _refs(repo)
 
     refused = lanes(repo, "tick", SLUG, "--max-parallel", "3")
     as_json = lanes(repo, "tick", SLUG, "--max-parallel", "3", "--json")
@@ -42,3 +43,63 @@ def test_a_rejected_tick_says_so_on_stderr_in_cli_words_and_records_only_the_ref
     assert sorted((aggregate, version, topic.rsplit(":", 1)[-1]) for aggregate, version, topic in added
                   if (aggregate, version) not in before) == [
         (batch_id, newest + 1, "TickRejected"), (batch_id, newest + 2, "TickRejected")]  # its audit event, each
+    checkpoint = f"refs/lanes-es/checkpoints/{batch_id}"
+    assert _projections(repo) == files and _refs(repo).keys() == refs.keys()  # no projection, Lane or branch
+    assert {ref: sha for ref, sha in _refs(repo).items() if sha != refs[ref]}.keys() == {checkpoint}  # anchors them
+
+
+def _projections(repo: Path) -> dict[str, bytes]:
+    return {str(path): path.read_bytes() for path in (repo / ".imm").rglob("*") if path.is_file()}
+
+
+def _refs(repo: Path) -> dict[str, str]:
+    listed = subprocess.run(["git", "-C", str(repo), "for-each-ref", "--format=%(refname) %(objectname)"],
+                            capture_output=True, text=True, check=True).stdout
+    return dict(line.split(" ") for line in listed.splitlines())
+
+
+def test_refused_first_commands_on_a_fresh_repository_make_no_store_and_no_repository_id(repo, store_url, monkeypatch,
+                                                                                         tmp_path):
+    """Each refused first command, through the real command line, leaves no store (SQLite: no
+    .git/lanes-es/events.sqlite, the repository's own; PostgreSQL: no table, type or function in the schema),
+    no repository id, no lock or other file under .git/lanes-es and nothing in git. On main a refused authorize,
+    tick or retire made the store and the id. The first command that records makes them."""
+    if not store_url.startswith("postgresql"):
+        monkeypatch.delenv("LANES_ES_STORE")  # the repository's own store, where a new repository has none
+    (repo / "dirty.txt").write_text("not committed\n")
+    refused = {
+        "preflight": lanes(repo, "authorize", SLUG, "--yes"),  # dirty_working_tree, before the confirmation
+        "bad option": lanes(repo, "authorize", SLUG, "--yes", "--max-parallel", "0"),
+        "plan": lanes(repo, "plan", "no-such-initiative"),
+        "tick": lanes(repo, "tick", SLUG),  # no authorization yet
+        "retire": lanes(repo, "retire", SLUG, "--yes"),  # no batch yet
+        "run": lanes(repo, "run", SLUG, "--yes", "--max-parallel", "1", "--lanes-dir", str(tmp_path / "lanes"),
+                     "--executor", str(tmp_path / "no-such-executor")),
+    }
+    for what, result in refused.items():
+        assert result.returncode == EXIT_REFUSED, (what, result.stdout, result.stderr)
+        assert "Traceback" not in result.stderr and "internal error" not in result.stderr, (what, result.stderr)
+    assert not (repo / ".git" / "lanes-es").exists(), sorted(map(str, (repo / ".git" / "lanes-es").rglob("*")))
+    assert _schema_objects(store_url) in (None, 0)
+
+    (repo / "dirty.txt").unlink()
+    assert lanes(repo, "authorize", SLUG, "--yes").returncode == 0  # the first append makes both
+    assert (repo / ".git" / "lanes-es" / "repository-id").exists() and rows(repo)
+    assert _schema_objects(store_url) != 0  # eventsourcing's table, its index and sequence, row type and function
+
+
+def _schema_objects(store_url: str) -> int | None:
+    """How many relations, types and functions the test's PostgreSQL schema holds (None on SQLite)."""
+    if not store_url.startswith("postgresql"):
+        return None
+    import psycopg
+
+    from tests.conftest import POSTGRES_SERVER
+
+    schema = store_url.rsplit("schema=", 1)[1]
+    with psycopg.connect(POSTGRES_SERVER, autocommit=True) as connection:
+        return connection.execute(
+            "SELECT (SELECT count(*) FROM pg_class WHERE relnamespace = n.oid) + (SELECT count(*) FROM pg_type t "
+            "WHERE typnamespace = n.oid AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.reltype = t.oid)) + "
+            "(SELECT count(*) FROM pg_proc WHERE pronamespace = n.oid) FROM pg_namespace n WHERE nspname = %s",
+            (schema,)).fetchone()[0]

@@ -240,6 +240,7 @@ def test_a_write_held_past_the_sqlite_busy_timeout_is_the_busy_outcome(tmp_path,
     store_path = tmp_path / "store" / "events.sqlite"
     store_path.parent.mkdir()  # a store is never made in a directory that does not exist
     engine = Engine.create(tmp_path, {"task-a": Task(["a.txt"])}, slug=SLUG, store_url=str(store_path))
+    EventStore(str(store_path)).close()  # the store as an earlier command left it (a first append makes it)
     if command == "tick":
         engine.authorize()
         engine.tick()  # the batch runs; the next tick has an offer to record

@@ -116,7 +116,11 @@ def test_two_autopilots_started_together_one_steward_the_other_waits_a_third_is_
     waited = [output for process, output in zip(both, outputs) if process.pid != holder.pid][0]
     assert "executor: started for" in steward and "executor: started for" not in waited
     assert f"waiting up to 300s for the autopilot that holds Initiative {SLUG}: pid {holder.pid}" in waited
-    assert "nothing to run" in waited and "steward: offering" not in waited  # it came after the end, made nothing
+    # It came after the end and made nothing: it found nothing to run, or, when the store was not made yet as it
+    # started (the lease, a row in the store, is then taken after the confirmation's append), it confirmed the
+    # same yes first (recorded once) and found the batch completed.
+    assert "steward: offering" not in waited, waited
+    assert "nothing to run" in waited or "then land them" in waited, waited
     assert_completed_as_planned(repo, lanes)
     admitted_once_each(store_url, repo)
     assert StewardLeases(store_url).holder(SCOPE) is None  # given back at the end

@@ -1,7 +1,7 @@
 """Faults under a coordinator, through the real command line: each ends as an outcome with the way on.
 
 - the PostgreSQL server ends the command's connections (`pg_terminate_backend`) in the middle of a tick:
-  the connections are made again and the tick goes on;
+  the connections are made again and the tick goes on; so are the autopilot's, ended while an Executor works;
 - the server goes down in the middle of a tick: exit 2 naming the server as an outage (never as a
   damaged log), and the next tick, once it is back, goes on from the log;
 - the server goes down under the autopilot: it says so, waits for it, and goes on when it is back;
@@ -167,6 +167,35 @@ def test_the_autopilot_rides_out_a_store_outage_and_goes_on_when_it_is_back(stor
     assert f"store outage: the event store {store} does not answer" in told, told
     assert "waiting for it" in told and "answers again after" in told, told
     assert told.index("store outage") < told.index("answers again") < told.rindex("completed")
+    assert ran.stderr == "", ran.stderr
+
+
+TERMINATING_EXECUTOR = """\
+import os, pathlib, subprocess, sys
+lane, (port, database) = os.environ["LANES_ES_LANE_PATH"], sys.argv[1:3]
+# the server ends every session of the store's database, the autopilot's idle pooled connections among them
+subprocess.run(["psql", "-qAt", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-d", database, "-c",
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"], check=True)
+pathlib.Path(lane, "a.txt").write_text("a\\n")
+subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "task", "submit"], cwd=lane, check=True)
+"""
+
+
+def test_the_autopilot_makes_again_the_connections_the_server_ended_while_an_executor_worked(store, cluster,
+                                                                                            tmp_path):
+    """The connections a long-lived coordinator keeps between ticks, ended by the server (`pg_terminate_backend`)
+    while the Executor works: the tick its exit wakes makes them again (on the issue's main: internal error,
+    AdminShutdown)."""
+    repo = one_task_repo(tmp_path / "repo", requires_file("a.txt"))
+    script = tmp_path / "executor.py"
+    script.write_text(TERMINATING_EXECUTOR)
+
+    ran = lanes(repo, "run", SLUG, "--max-parallel", "1", "--lanes-dir", str(tmp_path / "lanes"), "--yes",
+                "--executor", f"{sys.executable} {script} {cluster.port} {store.rsplit('/', 1)[1]}", timeout=300)
+
+    assert ran.returncode == EXIT_OK, (ran.stdout, ran.stderr)
+    assert "completed" in ran.stdout and "store outage" not in ran.stdout, ran.stdout
     assert ran.stderr == "", ran.stderr
 
 
