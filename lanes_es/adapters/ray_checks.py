@@ -24,11 +24,16 @@ class RayChecks:
 
         self._notes: list[Any] = []
         self._lock = threading.Lock()
+        # Called after each note (the round's wake-up): the writing thread records a dispatch as soon as it
+        # is sent, not at the next check's end, so that a coordinator killed meanwhile leaves it in the log.
+        self.wake: Any = None
         self.cluster = RayCheckRunner(runner, batch_id, self._note)
 
     def _note(self, note: Any) -> None:
         with self._lock:
             self._notes.append(note)
+        if self.wake is not None:
+            self.wake()
 
     def drain(self) -> list[Any]:
         """The notes since the last drain (`ray_runner.AttemptNote`), oldest first."""

@@ -73,6 +73,8 @@ class Round:
 def integrate_round(ctx: TickContext, children: list[dict[str, Any]]) -> None:
     state = Round(ctx=ctx, mode=ctx.live.integration, children={c["task_id"]: c for c in children},
                   head=expected_batch_head(ctx.record))
+    if ctx.ports.remote is not None:  # a dispatch to a Ray node wakes the round, which records it at once
+        ctx.ports.remote.wake = state.changed.set
     # Serial under a flake policy: one candidate at a time, as serial, with its verdicts recorded.
     width = 1 if state.mode == SERIAL else None
     if state.mode == ADAPTIVE:

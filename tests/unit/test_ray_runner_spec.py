@@ -114,7 +114,7 @@ def _checks(answers: dict[str, object]):  # noqa: ANN202
     from lanes_es.adapters.ray_checks import RayChecks
 
     checks = RayChecks.__new__(RayChecks)
-    checks._notes, checks._lock = [], __import__("threading").Lock()
+    checks._notes, checks._lock, checks.wake = [], __import__("threading").Lock(), None
     checks.cluster = _Cluster(answers)  # type: ignore[assignment]
     return checks
 
