@@ -23,7 +23,9 @@ repeat to the next, so load drifts hit both alike):
   the check of every task landed before it (each its own process, as the descriptors are), and commit
   when all pass (else put the tree back).
 
-Printed per case: both walls, their ratio (median over the pairs of one repeat), check runs, git
+Printed per case: both walls, their ratio (median over the pairs of one repeat), both CPU times (user and
+system, of this process and every child it waited for: the checks, git, the Executors) and their ratio,
+which a machine loaded by other sessions does not skew as it skews the walls, check runs, git
 spawns (lanes-es: the engine's own in this process, the Executors' `task submit` not counted; naive:
 its git commands), spawns per integrated Lane, which tasks integrated and parked (both sides must
 agree), and the fixed cost: from the last Executor's submit to the first candidate check, next to
@@ -439,9 +441,9 @@ def run_lanes(workdir: Path, sdist: Path, case: str, mode: str | None, verify_wo
     STATS.keep_commands, kept = show_timeline, len(STATS.commands)
     with probing(deps) as probe, first_check_noted(probe, timeline), \
             (traced(spans) if show_timeline else nullcontext()):
-        began, started = time.perf_counter(), time.time()
+        began, started, cpu = time.perf_counter(), time.time(), cpu_seconds()
         code = run_autopilot(deps, SLUG, options, out=lines.append)
-        wall = time.perf_counter() - began
+        wall, cpu = time.perf_counter() - began, cpu_seconds() - cpu
     spawned = STATS.spawns - spawns
     batch = active_batch(deps, SLUG)
     record = batch.record if batch is not None else {"children": []}
@@ -458,7 +460,7 @@ def run_lanes(workdir: Path, sdist: Path, case: str, mode: str | None, verify_wo
         print("  git spawns by command: " + ", ".join(f"{name} {count}" for name, count in commands.most_common()))
         STATS.keep_commands = False
     first = timeline.first_integration_check
-    return {"wall": wall, "checks": probe.qa.checks + probe.integration.checks, "qa_checks": probe.qa.checks,
+    return {"wall": wall, "cpu": cpu, "checks": probe.qa.checks + probe.integration.checks, "qa_checks": probe.qa.checks,
             "integration_checks": probe.integration.checks, "git_spawns": spawned,
             "spawns_per_integrated": spawned / max(len(integrated), 1),
             "integrated": integrated, "parked": parked, "qa_seconds": probe.qa.seconds,
@@ -486,7 +488,7 @@ def run_naive(workdir: Path, sdist: Path, case: str) -> dict[str, Any]:
         counts["git"] += 1
         return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), cpu_seconds()
     counts["git"] += 1
     subprocess.run(["git", "clone", "-q", str(base), str(repo)], check=True)
     landed: list[Task] = []
@@ -508,13 +510,24 @@ def run_naive(workdir: Path, sdist: Path, case: str) -> dict[str, Any]:
             git("checkout", "-q", "--", ".")
             git("clean", "-q", "-fd")
             parked.append(task.task_id)
-    wall = time.perf_counter() - began
-    return {"wall": wall, "checks": counts["checks"], "git_spawns": counts["git"],
+    wall, cpu = time.perf_counter() - began, cpu_seconds() - cpu
+    return {"wall": wall, "cpu": cpu, "checks": counts["checks"], "git_spawns": counts["git"],
             "spawns_per_integrated": counts["git"] / max(len(landed), 1),
             "integrated": [task.task_id for task in landed], "parked": parked}
 
 
 # ---------------------------------------------------------------- the run
+
+
+def cpu_seconds() -> float:
+    """User and system CPU time of this process and of every child it has waited for (the checks, git, the
+    Executors and what they waited for): the work done, which other sessions' load on the machine does not
+    inflate the way it inflates the walls (a loaded machine shares its cores by process, so the naive queue's
+    one process at a time gets a smaller share than lanes-es's several)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def load() -> str:
@@ -565,8 +578,9 @@ def _tell(case: str, repeat: int, lanes: dict[str, Any], naive: dict[str, Any], 
     fixed = lanes["submit_to_first_check"]
     print(f"{case:<8} #{repeat} {lanes['mode']:<11} lanes-es {lanes['wall']:6.2f} s ({lanes['checks']} checks: "
           f"{lanes['qa_checks']} QA + {lanes['integration_checks']}, {lanes['git_spawns']} git, load "
-          f"{lanes['load']}) | naive {naive['wall']:6.2f} s ({naive['checks']} checks, {naive['git_spawns']} git, "
-          f"load {naive['load']}) | ratio {lanes['wall'] / naive['wall']:.2f} | QA {lanes['qa_seconds']:.2f} s, "
+          f"{lanes['load']}, CPU {lanes['cpu']:.1f} s) | naive {naive['wall']:6.2f} s ({naive['checks']} checks, "
+          f"{naive['git_spawns']} git, load {naive['load']}, CPU {naive['cpu']:.1f} s) | ratio "
+          f"{lanes['wall'] / naive['wall']:.2f}, CPU {lanes['cpu'] / naive['cpu']:.2f} | QA {lanes['qa_seconds']:.2f} s, "
           f"last submit -> first candidate check {'-' if fixed is None else f'{fixed:.2f} s'}", flush=True)
     if (lanes["integrated"], lanes["parked"]) != (naive["integrated"], naive["parked"]):
         print(f"  outcomes differ: lanes-es integrated {lanes['integrated']} parked {lanes['parked']}; naive "
@@ -582,6 +596,9 @@ def _summary(results: dict[tuple[str, str], list[tuple[dict[str, Any], dict[str,
             "lanes_es_wall": round(median([lanes["wall"] for lanes, _ in pairs]), 2),
             "naive_wall": round(median([naive["wall"] for _, naive in pairs]), 2),
             "ratio": round(median([lanes["wall"] / naive["wall"] for lanes, naive in pairs]), 2),
+            "lanes_es_cpu": round(median([lanes["cpu"] for lanes, _ in pairs]), 2),
+            "naive_cpu": round(median([naive["cpu"] for _, naive in pairs]), 2),
+            "cpu_ratio": round(median([lanes["cpu"] / naive["cpu"] for lanes, naive in pairs]), 2),
             "lanes_es_checks": median([lanes["checks"] for lanes, _ in pairs]),
             "naive_checks": median([naive["checks"] for _, naive in pairs]),
             "lanes_es_git": median([lanes["git_spawns"] for lanes, _ in pairs]),
@@ -597,13 +614,14 @@ def _summary(results: dict[tuple[str, str], list[tuple[dict[str, Any], dict[str,
         print(json.dumps({"summary": rows}, indent=2))
         return 0 if all(row["same_outcome"] for row in rows) else 1
     print(f"\n{PROJECT} {VERSION}, K = 8, medians (load now {load()}):")
-    print("| case | mode | lanes-es | naive | ratio | check runs (lanes-es / naive) | git spawns (lanes-es, per "
-          "integrated Lane / naive) | QA | last submit -> first candidate check | parked |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| case | mode | lanes-es | naive | ratio | CPU: lanes-es / naive (ratio) | check runs (lanes-es / naive) | "
+          "git spawns (lanes-es, per integrated Lane / naive) | QA | last submit -> first candidate check | parked |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         fixed = row["submit_to_first_check"]
         print(f"| {row['case']} | {row['mode']} | {row['lanes_es_wall']:.2f} s | {row['naive_wall']:.2f} s | "
-              f"{row['ratio']:.2f} | {row['lanes_es_checks']:g} / {row['naive_checks']:g} | {row['lanes_es_git']:g}, "
+              f"{row['ratio']:.2f} | {row['lanes_es_cpu']:.1f} / {row['naive_cpu']:.1f} s ({row['cpu_ratio']:.2f}) | "
+              f"{row['lanes_es_checks']:g} / {row['naive_checks']:g} | {row['lanes_es_git']:g}, "
               f"{row['lanes_es_git_per_integrated']} / {row['naive_git']:g} | {row['qa_seconds']:.2f} s | "
               f"{'-' if fixed is None else f'{fixed:.2f} s'} | {', '.join(row['parked']) or 'none'} |")
     return 0 if all(row["same_outcome"] for row in rows) else 1
