@@ -61,7 +61,8 @@ COMMAND_MODULES: dict[str, tuple[str, str]] = {
 GLOBAL_OPTIONS_WITH_VALUE = ("--root", "--store")
 DEFAULT_TICK_WAIT = 5.0  # usecases.lock.DEFAULT_LOCK_WAIT, not imported so that building the parser stays cheap
 SLUG_HELP = "the Initiative: docs/initiatives/SLUG.md"
-ROOT_HELP = "the coordinator checkout (default: the current directory)"
+ROOT_HELP = ("your checkout of the repository (default: the current directory); a batch's coordinator worktree is "
+             "found from its log")
 STORE_HELP = ("event store URL: a SQLite path, sqlite:///PATH, postgresql://USER@HOST:PORT/DB or memory: "
               "(default: $LANES_ES_STORE, else <git common dir>/lanes-es/events.sqlite)")
 MAX_COUNT = 2**53 - 1
