@@ -79,8 +79,13 @@ def deps_of(root: str) -> Any:
     return bootstrap(root, clock=SteppingClock(time.time()))
 
 
+def coordinator(root: str) -> Path:
+    """The batch's coordinator worktree (the default); the tests marked `coordinator_worktree` run there."""
+    return Path(root, ".git", "lanes-es", "coordinators", SLUG)
+
+
 def batch_files(root: str) -> dict[str, Any]:
-    folder = Path(root) / ".imm" / "state" / "batches"
+    folder = (coordinator(root) if coordinator(root).exists() else Path(root)) / ".imm" / "state" / "batches"
     found = sorted(folder.glob("*.json")) if folder.exists() else []
     return {path.stem: json.loads(path.read_text()) for path in found if not path.name.endswith(".report.json")}
 
@@ -94,7 +99,10 @@ def assert_completed_as_planned(root: str, lanes: Path) -> dict[str, Any]:
     assert sorted(subject.split(":")[0] for subject in subjects) == sorted(f"imm({task})" for task in TASKS)
     for path, content in EXPECTED_FILES.items():
         assert git_out(root, "show", f"imm/{SLUG}:{path}") + "\n" == content, path
-    assert git_out(root, "worktree", "list", "--porcelain").count("worktree ") == 1  # the coordinator alone
+    in_a_worktree = coordinator(root).exists()  # else in place: the user's checkout is the coordinator
+    assert git_out(root, "worktree", "list", "--porcelain").count("worktree ") == 1 + in_a_worktree
+    if in_a_worktree:
+        assert git_out(root, "status", "--porcelain=v1", "--branch") == "## main"  # the user's checkout untouched
     assert sorted(entry.name for entry in lanes.iterdir()) == [".executor-logs"]
     assert git_out(root, "branch", "--list", f"imm-lane/{SLUG}/*") == ""  # each released Lane's branch went too
     verified = subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "--root", root, "verify", batch_id], cwd=PROJECT,
@@ -121,6 +129,7 @@ def most_in_flight(root: str, batch_id: str) -> int:
 # ---------------------------------------------------------------- a whole batch
 
 
+@pytest.mark.coordinator_worktree
 def test_six_tasks_at_max_parallel_3_complete_with_a_real_executor(repo, tmp_path, executor_env):
     lanes, lines = tmp_path / "lanes", []
     code = run_autopilot(deps_of(repo), SLUG, options(lanes, yes=True, poll=0.05), out=lines.append)
@@ -155,6 +164,7 @@ def test_the_confirmation_takes_final_verification_and_delegation(repo, tmp_path
 # The default mode on both backends, the other modes on one each (the store only records the run): CI time.
 @pytest.mark.parametrize("store_url, mode", [("sqlite", "speculative"), ("postgresql", "speculative"),
                                              ("postgresql", "serial"), ("sqlite", "batched")], indirect=["store_url"])
+@pytest.mark.coordinator_worktree  # killed and run again, it converges in its coordinator worktree
 def test_killed_after_the_first_integration_and_run_again_it_completes_the_same_batch(repo, tmp_path, executor_env,
                                                                                        mode):
     lanes = tmp_path / "lanes"
