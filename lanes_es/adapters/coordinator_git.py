@@ -96,7 +96,10 @@ class GitCoordinators:
             listed = ", ".join(p for _, p in entries[:5]) + (" ..." if len(entries) > 5 else "")
             return f"it holds uncommitted changes ({listed})"
         removed = git_ok(repo_root, "worktree", "remove", path)
-        return None if removed.exit_code == 0 else f"git worktree remove failed: {removed.error_text.strip()}"
+        if removed.exit_code != 0:
+            return f"git worktree remove failed: {removed.error_text.strip()}"
+        _remove_empty_places(Path(path))
+        return None
 
     def current_branch(self, checkout: str) -> str | None:
         found = find_checkout(checkout)
@@ -200,3 +203,15 @@ def _require_untouched(worktree: str, before: str, tip: str, onto: str, slug: st
                            f"{worktree} has uncommitted changes to {listed}, which landing on {onto} would "
                            f"overwrite; nothing was landed: commit or stash them, then run `lanes-es land "
                            f"{slug}` again")
+
+
+def _remove_empty_places(path: Path) -> None:
+    """lanes-es's own directories above a removed coordinator (`<git common dir>/lanes-es/coordinators`), when
+    nothing else is left in them: a confirmation refused on a new repository leaves no `.git/lanes-es`."""
+    for parent, name in ((path.parent, "coordinators"), (path.parent.parent, "lanes-es")):
+        if parent.name != name:
+            return
+        try:
+            parent.rmdir()
+        except OSError:  # not empty: another coordinator, the store, the repository id
+            return

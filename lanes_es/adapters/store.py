@@ -337,6 +337,8 @@ class EventStore:
         memory, until another command makes the store (a long-lived process then reads what it wrote)."""
         if self._unmade_env is not None and self._appeared(self._unmade_env):
             postgres = is_postgres_url(self.url)  # a SQLite file made by another command may have no table yet
+            if not postgres:  # its header read once, before any connection (see store_open._refuse_foreign)
+                sqlite_database(self._unmade_env["SQLITE_DBNAME"], read_only=False, make=False)
             self._switch(self._open({**self._unmade_env, "CREATE_TABLE": "no"} if postgres else self._unmade_env,
                                     makes_tables=False))
         return self._app

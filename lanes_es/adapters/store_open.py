@@ -74,6 +74,8 @@ def make_sqlite_store(store: Path) -> None:
         raise store_failure(str(store), f"cannot be made: {error.strerror} for {error.filename}") from None
     if not store.exists():
         _make_store_file(store)
+    else:  # made by another command meanwhile: its header read now, before this process opens a connection to it
+        _refuse_foreign(store)
 
 
 def parsed_store_url(url: str) -> Any:

@@ -448,10 +448,10 @@ def _authorize(args: argparse.Namespace) -> int:
         print(json.dumps(confirmation.facts(), indent=2), file=sys.stdout if sys.stdin.isatty() else sys.stderr)
         return ask_on_terminal(QUESTION, False, input if sys.stdin.isatty() else None)
 
-    from lanes_es.usecases.coordinator import for_new_batch
+    from lanes_es.usecases.coordinator import confirming
 
-    deps = for_new_batch(deps_of(args), args.slug, args.coordinator)
-    confirmation, authorization = pass_gate(deps, args.slug, batch_options(args), ask)
+    with confirming(deps_of(args), args.slug, args.coordinator) as deps:  # a refusal leaves no coordinator made
+        confirmation, authorization = pass_gate(deps, args.slug, batch_options(args), ask)
     facts = confirmation.facts()
     if args.json:
         # the batch recorded: another coordinator's, when it confirmed the very same facts first

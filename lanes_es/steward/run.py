@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -21,7 +22,7 @@ from lanes_es.steward.loop import Autopilot
 from lanes_es.steward.feed import BatchFeed
 from lanes_es.steward.progress import Guarded, JsonProgress, LineProgress, Out, Progress, note_item, steward_item
 from lanes_es.usecases.confirmation import BatchOptions
-from lanes_es.usecases.coordinator import for_new_batch
+from lanes_es.usecases.coordinator import confirming
 from lanes_es.usecases.deps import Deps
 from lanes_es.usecases.gate import QUESTION, ask_on_terminal, authorization_needed, confirmation_text, pass_gate
 from lanes_es.usecases.load import active_batch, current_authorization
@@ -96,10 +97,11 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
     # The lease is a row in the store: on a store not made yet it is taken once the confirmation's append made
     # it, so that a refused confirmation writes nothing (two first runs at once are told apart by the lease then).
     new_store = not deps.store.made
+    stack = ExitStack()
     try:
         if not new_store:
             lease.take(options.wait, waiting_for)
-        deps = for_new_batch(deps, slug, options.coordinator)  # under the lease: one autopilot makes it
+        deps = stack.enter_context(confirming(deps, slug, options.coordinator))  # under the lease: one makes it
         executors = executors_for(options.executor, deps.root, lanes / EXECUTOR_LOGS, options.executor_env,
                                   options.attempt_seconds)
         autopilot = Autopilot(deps=deps, slug=slug, max_parallel=max_parallel, steward=Steward(deps.root, lanes),
@@ -112,6 +114,7 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
         refuse_unbounded_budgets(recorded_budgets(deps, slug), executors.agent)
         if new_store:
             lease.take(options.wait, waiting_for)
+        stack.pop_all()  # confirmed: the coordinator stays, whatever happens next
         return autopilot.run()
     except ExecutorUnavailable as error:
         refuse("executor_unavailable", f"lanes-es run: {error}")
@@ -135,6 +138,7 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
         progress.tell(steward_item("interrupted", interrupted_text(running), task_ids=sorted(running)))
         return 130
     finally:
+        stack.close()  # a refusal before the confirmation was recorded removes the coordinator it made
         lease.give_back()
         progress.close()
 

@@ -10,9 +10,10 @@ and a batch recorded in place (no coordinator in its log) goes on in place.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from lanes_es.domain import events as ev
 from lanes_es.domain.ids import batch_branch_name
@@ -54,6 +55,37 @@ def for_new_batch(deps: Deps, slug: str, where: str | None = None) -> Deps:
     head = deps.adapters.head(deps.root)
     deps.adapters.coordinators().prepare(deps.root, str(path), batch_branch_name(slug), head, slug)
     return replace(deps, root=str(path.resolve()), checkout=deps.root)
+
+
+@contextmanager
+def confirming(deps: Deps, slug: str, where: str | None = None) -> Iterator[Deps]:
+    """`for_new_batch`, for a command that confirms: a coordinator worktree this call made is removed again when
+    the command leaves it with no authorization recording it (refused at the gate, the user's no, a plan or HEAD
+    moved while asked, a refused run), so that a refusal writes nothing. One made by another command is left."""
+    common_dir = getattr(deps.adapters, "common_dir", None)
+    before = _worktrees(Path(common_dir)) if common_dir is not None else None
+    ported = for_new_batch(deps, slug, where)
+    made = before is not None and ported.checkout is not None and Path(ported.root).resolve() not in before
+    try:
+        yield ported
+    finally:
+        if made:
+            current = current_authorization(ported, slug)
+            if current is None or current.coordinator != ported.root:
+                ported.adapters.coordinators().remove_if_clean(deps.root, ported.root)
+
+
+def _worktrees(common_dir: Path) -> set[Path]:
+    """The linked worktrees git has registered, read from its own files (no spawn)."""
+    from lanes_es.adapters.files import read_capped_text
+
+    found: set[Path] = set()
+    for entry in (common_dir / "worktrees").glob("*/gitdir"):
+        try:
+            found.add(Path(read_capped_text(entry, 4096, "utf-8").strip()).parent.resolve())
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def at_coordinator(deps: Deps, authorization: ev.BatchAuthorized | None, *, restore: bool = False) -> Deps:

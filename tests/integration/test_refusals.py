@@ -62,8 +62,9 @@ def test_refused_first_commands_on_a_fresh_repository_make_no_store_and_no_repos
                                                                                          tmp_path):
     """Each refused first command, through the real command line, leaves no store (SQLite: no
     .git/lanes-es/events.sqlite, the repository's own; PostgreSQL: no table, type or function in the schema),
-    no repository id, no lock or other file under .git/lanes-es and nothing in git. On main a refused authorize,
-    tick or retire made the store and the id. The first command that records makes them."""
+    no repository id, no coordinator worktree, no lock or other file under .git/lanes-es. On main a refused
+    authorize, tick or retire made the store and the id, and a confirmation refused at the gate its coordinator
+    worktree. The first command that records makes them."""
     if not store_url.startswith("postgresql"):
         monkeypatch.delenv("LANES_ES_STORE")  # the repository's own store, where a new repository has none
     (repo / "dirty.txt").write_text("not committed\n")
@@ -76,13 +77,18 @@ def test_refused_first_commands_on_a_fresh_repository_make_no_store_and_no_repos
         "run": lanes(repo, "run", SLUG, "--yes", "--max-parallel", "1", "--lanes-dir", str(tmp_path / "lanes"),
                      "--executor", str(tmp_path / "no-such-executor")),
     }
+    (repo / "dirty.txt").unlink()
+    worktree = {"LANES_ES_COORDINATOR": ""}  # the default: a new batch in a coordinator worktree of its own
+    refused["gate"] = lanes(repo, "authorize", SLUG, env=worktree)  # no terminal to ask on, the coordinator made
+    refused["run at the gate"] = lanes(repo, "run", SLUG, "--max-parallel", "1", "--lanes-dir", str(tmp_path / "lanes"),
+                                       "--executor", "/bin/true", env=worktree)
     for what, result in refused.items():
         assert result.returncode == EXIT_REFUSED, (what, result.stdout, result.stderr)
         assert "Traceback" not in result.stderr and "internal error" not in result.stderr, (what, result.stderr)
     assert not (repo / ".git" / "lanes-es").exists(), sorted(map(str, (repo / ".git" / "lanes-es").rglob("*")))
+    assert not (repo / ".git" / "worktrees").exists()  # the coordinator worktree made for the gate is gone again
     assert _schema_objects(store_url) in (None, 0)
 
-    (repo / "dirty.txt").unlink()
     assert lanes(repo, "authorize", SLUG, "--yes").returncode == 0  # the first append makes both
     assert (repo / ".git" / "lanes-es" / "repository-id").exists() and rows(repo)
     assert _schema_objects(store_url) != 0  # eventsourcing's table, its index and sequence, row type and function
