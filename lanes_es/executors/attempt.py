@@ -75,6 +75,12 @@ class StopRequest(msgspec.Struct, frozen=True, kw_only=True):
     detail: str
 
 
+def submitting_marker(result_path: str | Path) -> Path:
+    """Written by an attempt just before it submits: its end follows within moments, and the autopilot records
+    that end before the tick that may take the submitted work up (the batch's totals then count it)."""
+    return Path(f"{result_path}.submitting")
+
+
 def write_atomically(path: str | Path, data: bytes) -> None:
     path = Path(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -125,7 +131,10 @@ class Attempt:
         duration = elapsed_ms(began)
         # No submit_argv: the attempt ran away from its Lane (a Ray node), and the coordinator submits
         # once its delivery is written into the Lane.
-        submitted = self.submit() if code == 0 and self.spec.submit_argv else None
+        submitted = None
+        if code == 0 and self.spec.submit_argv:
+            submitting_marker(self.spec.result_path).touch()
+            submitted = self.submit()
         return AttemptResult(exit_code=code, duration_ms=duration, submitted=submitted, usage=usage)
 
     def supervise(self, process: subprocess.Popen[bytes], began: float) -> tuple[str, str] | None:

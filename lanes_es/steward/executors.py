@@ -29,13 +29,15 @@ from lanes_es.domain.jstext import parse_json
 from lanes_es.domain.events import AttemptLimits, ExecutorUsage
 from lanes_es.domain.executor_runs import Spent
 from lanes_es.executors.agent import Agent
-from lanes_es.executors.attempt import AttemptResult, AttemptSpec, StopRequest, write_atomically
+from lanes_es.executors.attempt import AttemptResult, AttemptSpec, StopRequest, submitting_marker, write_atomically
 from lanes_es.executors.environment import argv_for_the_record, executor_environment
 from lanes_es.executors.prompt import Assignment, build_prompt, prompt_digest
 
 EXECUTOR_LOGS = ".executor-logs"
 DEFAULT_ATTEMPT_SECONDS = 3600
 COMMAND = "command"
+SUBMITTING_POLL_SECONDS = 0.02
+SUBMITTING_WAIT_SECONDS = 30.0  # a submit stuck longer (a busy store) is not waited for: the next tick goes on
 
 
 def path_with_lanes_es(path: str) -> str:
@@ -341,6 +343,16 @@ class Executors:
                                             adapter if isinstance(adapter, str) else COMMAND,
                                             since if isinstance(since, (int, float)) else time.time())
 
+    def wait_for_submitting(self, timeout: float) -> None:
+        """Until every attempt that is submitting its work (its marker written) has exited, or `timeout` seconds:
+        such an attempt ends within moments, and the tick that follows should find its end recorded."""
+        deadline = self.clock() + timeout
+        for task_id, running in list(self.running.items()):
+            if running.attempt < 1 or not submitting_marker(self.result_path(task_id, running.attempt)).exists():
+                continue
+            while running.process.poll() is None and self.clock() < deadline:
+                time.sleep(SUBMITTING_POLL_SECONDS)
+
     def reap(self) -> list[Finished]:
         done: list[Finished] = []
         for task_id, running in list(self.running.items()):
@@ -353,6 +365,7 @@ class Executors:
             self.finished[task_id] = finished
             del self.running[task_id]
             self.pid_file(task_id).unlink(missing_ok=True)
+            submitting_marker(self.result_path(task_id, running.attempt)).unlink(missing_ok=True)
             done.append(finished)
         return done
 

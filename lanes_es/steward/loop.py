@@ -23,7 +23,7 @@ from lanes_es.domain.executor_budget import Exhausted, spent_while_running
 from lanes_es.domain.record import IN_FLIGHT
 from lanes_es.ports import GitFailure
 from lanes_es.steward.attempts import AttemptLog, ended_text
-from lanes_es.steward.executors import Executors
+from lanes_es.steward.executors import SUBMITTING_WAIT_SECONDS, Executors
 from lanes_es.steward.lanes import Steward, StewardRefusal
 from lanes_es.steward.lease import StewardLease
 from lanes_es.steward.feed import BatchFeed, subjects
@@ -73,6 +73,7 @@ class Autopilot:
         idle = 0
         self.follow_current_batch()
         while True:
+            self.record_submitted_attempts()
             result = self.tick(offers)
             report = self.report = result.report
             self.settle_attempts(report)
@@ -350,6 +351,14 @@ class Autopilot:
             self.tell("intent_unreadable", f"executor: the intent of {handoff['task_id']} is unreadable in its "
                                            f"Lane: {error}", task_id=handoff["task_id"], reason=str(error))
             return ""
+
+    def record_submitted_attempts(self) -> None:
+        """The ends of attempts that are submitting their work, recorded before the tick that may take that work up:
+        a tick that integrates it and settles the batch would otherwise total the batch's attempts without them."""
+        if self.report is None or not self.executors.running:
+            return
+        self.executors.wait_for_submitting(SUBMITTING_WAIT_SECONDS)
+        self.tell_exits(self.executors.reap())
 
     def wait_for_an_exit(self, report: dict[str, Any]) -> None:
         while True:

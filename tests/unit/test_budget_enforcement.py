@@ -57,3 +57,34 @@ def test_running_attempts_end_once_when_the_initiative_budget_is_spent():
     autopilot.ended_for_budget.clear()
     Autopilot.end_over_budget(autopilot)  # type: ignore[arg-type]
     assert len(stopped) == 2  # $0.85 of $1.00: nothing ends
+
+
+def test_the_end_of_an_attempt_that_is_submitting_is_waited_for_and_recorded_before_the_next_tick(tmp_path: Path):
+    """A tick that integrates submitted work and settles the batch totals the attempts recorded by then: the
+    attempt that submitted it must have its end recorded first (it exits within moments of its submit)."""
+    import subprocess
+    import sys
+
+    from lanes_es.executors.attempt import submitting_marker
+    from lanes_es.steward.executors import Running
+
+    executors = Executors(["/usr/bin/claude"], str(tmp_path), tmp_path / "logs", agent=agent_named("claude-code"))
+    (tmp_path / "logs").mkdir()
+    finishing = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    working = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        executors.running["greet"] = Running("greet", finishing, 0.0, 3, tmp_path / "greet.log", attempt=2,
+                                             adapter="claude-code")
+        executors.running["farewell"] = Running("farewell", working, 0.0, 3, tmp_path / "farewell.log", attempt=1,
+                                                adapter="claude-code")
+        submitting_marker(executors.result_path("greet", 2)).touch()
+        ended: list[list[str]] = []
+        autopilot = SimpleNamespace(report={"batch_id": "b"}, executors=executors,
+                                    tell_exits=lambda finished: ended.append([done.task_id for done in finished]))
+        Autopilot.record_submitted_attempts(autopilot)  # type: ignore[arg-type]
+        assert ended == [["greet"]]  # waited for, reaped and told; the one still working is not waited for
+        assert list(executors.running) == ["farewell"]
+        assert not submitting_marker(executors.result_path("greet", 2)).exists()
+    finally:
+        working.kill()
+        working.wait()
