@@ -224,6 +224,18 @@ def checkout_batch_branch(root: PathLike, initiative_slug: str = "initiative-slu
     return head(root)
 
 
+def coordinator(root: PathLike, initiative_slug: str = "initiative-slug") -> Path:
+    """The coordinator worktree a batch of `initiative_slug` runs in by default (tests marked
+    `coordinator_worktree`): lanes-es's place under the repository's git dir, not the user's checkout."""
+    return Path(root, ".git", "lanes-es", "coordinators", initiative_slug)
+
+
+def batch_state_files(root: PathLike, initiative_slug: str = "initiative-slug") -> list[Path]:
+    """The batch records (`.imm/state/batches/<id>.json`, no reports) in the default coordinator worktree."""
+    folder = coordinator(root, initiative_slug) / ".imm" / "state" / "batches"
+    return sorted(path for path in folder.glob("*.json") if ".report" not in path.name)
+
+
 def lane_branch(initiative_slug: str, task_id: str) -> str:
     return f"imm-lane/{initiative_slug}/{task_id}"
 

@@ -27,6 +27,8 @@ from lanes_es.executors import ADAPTER_NAMES, agent_named
 from tests.engine import Task, initiative_markdown
 from tests.gitfixtures import descriptor, git_out, intent_json, make_repo
 
+pytestmark = pytest.mark.coordinator_worktree
+
 PROJECT = Path(__file__).resolve().parents[2]
 FAKES = PROJECT / "tests" / "fakes" / "agents"
 SLUG = "greetings"

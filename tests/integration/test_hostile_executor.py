@@ -21,8 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.engine import Task, initiative_markdown
-from tests.gitfixtures import descriptor, intent_json, make_repo
+from tests.gitfixtures import batch_state_files, descriptor, intent_json, make_repo
+
+pytestmark = pytest.mark.coordinator_worktree
 
 PROJECT = Path(__file__).resolve().parents[2]
 EXECUTOR = Path(__file__).with_name("hostile_executor.py")
@@ -60,7 +64,7 @@ def test_a_hostile_executor_arms_every_program_and_none_runs_in_lanes_es_git(tmp
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert '[filter "evil"]' in Path(repo, ".git", "config").read_text()  # the Executor did arm the repository
 
-    (state,) = [path for path in Path(repo, ".imm/state/batches").glob("*.json") if ".report" not in path.name]
+    (state,) = batch_state_files(repo, SLUG)
     record = json.loads(state.read_text())
     assert record["batch_state"] == "completed" and len(record["commits"]) == 3
     verified = lanes_es("--root", repo, "verify", state.stem, env=env)

@@ -15,8 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.engine import Task, initiative_markdown
-from tests.gitfixtures import descriptor, git_out, intent_json, make_repo
+from tests.gitfixtures import batch_state_files, descriptor, git_out, intent_json, make_repo
+
+pytestmark = pytest.mark.coordinator_worktree
 
 PROJECT = Path(__file__).resolve().parents[2]
 SLUG = "links"
@@ -42,7 +46,7 @@ def test_a_symlink_to_a_directory_passes_lane_qa_and_integrates(tmp_path, store_
                          cwd=PROJECT, env={**os.environ, "PYTHONPATH": str(PROJECT)}, capture_output=True, text=True,
                          timeout=300)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    (state,) = [path for path in Path(repo, ".imm/state/batches").glob("*.json") if ".report" not in path.name]
+    (state,) = batch_state_files(repo, SLUG)
     record = json.loads(state.read_text())
     assert record["batch_state"] == "completed", record
     assert git_out(repo, "ls-tree", f"imm/{SLUG}", "src/x/latest").split()[:1] == ["120000"]
