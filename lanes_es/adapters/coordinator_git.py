@@ -7,8 +7,12 @@ written only by the one `git merge --ff-only` the user asked for with `lanes-es 
 
 from __future__ import annotations
 
+import fcntl
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from lanes_es.adapters.git import git_ok
 from lanes_es.adapters.git_dirs import find_checkout
@@ -32,6 +36,10 @@ class GitCoordinators:
         to `head` when it stands at an ancestor of it), else made there, on `branch` when that branch exists
         (it must be an ancestor of `head`: the last batch landed), else detached at `head` (the batch's first
         tick makes `branch` there). Whatever is still in the way is left for the preflight to refuse."""
+        with _one_at_a_time(repo_root):  # confirmations given at once: one makes it, the others reuse it whole
+            self._prepare(repo_root, path, branch, head, slug)
+
+    def _prepare(self, repo_root: str, path: str, branch: str, head: str, slug: str) -> None:
         place = Path(path)
         if (place / ".git").exists() and _same_repository(repo_root, path):
             self._bring_to(path, branch, head, slug)
@@ -141,6 +149,24 @@ class GitCoordinators:
                                               f"({merged.error_text.strip()}); nothing was landed: fix that, then "
                                               f"run `lanes-es land {slug}` again")
         return Landing(onto=onto, before=before, after=tip, worktree=worktree)
+
+
+@contextmanager
+def _one_at_a_time(repo_root: str) -> Iterator[None]:
+    """An exclusive flock on the repository's git common dir (a directory: no file is left behind), held while a
+    coordinator worktree is made or brought to a head, so that another process never sees one half made."""
+    found = find_checkout(repo_root)
+    common_dir = found.common_dir if found is not None else Path(repo_root, ".git")
+    try:
+        descriptor = os.open(common_dir, os.O_RDONLY)
+    except OSError:
+        yield  # git says what is wrong when it is asked
+        return
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def _same_repository(repo_root: str, path: str) -> bool:
