@@ -18,11 +18,13 @@ from lanes_es.adapters.store import EventStore
 from lanes_es.adapters.store_open import repository_id
 from lanes_es.domain.initiative import Initiative, initiative_id
 from tests.engine import Engine, Task
-from tests.gitfixtures import run_git
+from tests.gitfixtures import coordinator, run_git
 from lanes_es.cli.main import main
 from lanes_es.usecases.authorize import authorize
 from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
 from lanes_es.usecases.load import initiative
+
+pytestmark = pytest.mark.coordinator_worktree
 
 SLUG = "shared"
 
@@ -267,3 +269,4 @@ def test_a_write_held_past_the_sqlite_busy_timeout_is_the_busy_outcome(tmp_path,
     assert "Traceback" not in done.stderr and "internal error" not in done.stderr
     assert rows() == before
     assert {path.name: path.read_bytes() for path in state_dir.glob("*.json")} == projections
+    assert not coordinator(engine.root, SLUG).exists()  # a refused confirmation leaves no coordinator worktree

@@ -30,6 +30,8 @@ from tests.engine import Task, initiative_markdown
 from tests.gitfixtures import descriptor, intent_json, make_repo, requires_file, run_git, write_file
 from tests.pg_cluster import Cluster, own_cluster
 
+pytestmark = pytest.mark.coordinator_worktree
+
 PROJECT = str(Path(__file__).resolve().parents[2])
 SLUG = "faults"
 DAMAGE_WORDS = "missing, reordered or damaged"
@@ -205,7 +207,9 @@ lane, root = os.environ["LANES_ES_LANE_PATH"], os.environ["LANES_ES_ROOT"]
 pathlib.Path(lane, "a.txt").write_text("a\\n")
 subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "task", "submit"], cwd=lane, check=True)
 # another coordinator's `git worktree add` caught half-way: its entry is there, its commondir still empty
-entry = pathlib.Path(root, ".git", "worktrees", "half-made")
+common = subprocess.run(["git", "-C", root, "rev-parse", "--path-format=absolute", "--git-common-dir"],
+                        check=True, capture_output=True, text=True).stdout.strip()  # the coordinator may be a worktree
+entry = pathlib.Path(common, "worktrees", "half-made")
 entry.mkdir(parents=True)
 (entry / "gitdir").write_text(os.path.join(os.path.dirname(lane), "half-made", ".git") + "\\n")
 (entry / "commondir").write_text("")
