@@ -49,7 +49,7 @@ def make_initiative(root: Path, checks: dict[str, str]) -> str:
     return make_repo(root, intents=intents, files={f"docs/initiatives/{SLUG}.md": initiative_markdown(tasks)})
 
 
-def autopilot(root: str, lanes: Path, *extra: str, env: dict[str, str] | None = None
+def autopilot(root: str, lanes: Path, *extra: str, env: dict[str, str] | None = None, executor: str = EXECUTOR
               ) -> tuple[subprocess.CompletedProcess[str], int]:
     """`lanes-es run` to its end, as a user runs it; its exit and the coordinator's peak memory (KiB)."""
     peak = lanes.parent / "peak-kib"
@@ -60,7 +60,7 @@ def autopilot(root: str, lanes: Path, *extra: str, env: dict[str, str] | None = 
     hint = json.dumps({task: {"path": f"{task}.txt", "content": "delivered\n"} for task in TASKS})
     code = f"{prelude}import sys\nfrom lanes_es.cli.main import main\nsys.exit(main(sys.argv[1:]))"
     result = subprocess.run([sys.executable, "-c", code, "--root", root, "run", SLUG, "--max-parallel", "3",
-                             "--lanes-dir", str(lanes), "--executor", EXECUTOR, "--yes", *extra],
+                             "--lanes-dir", str(lanes), "--executor", executor, "--yes", *extra],
                             cwd=root, text=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=300,
                             env={**os.environ, "PYTHONPATH": PROJECT, "LANES_ES_EXECUTOR_HINT": hint, **(env or {})})
     return result, int(peak.read_text())
@@ -81,7 +81,8 @@ def digests(events: list[dict[str, Any]], task_id: str) -> list[dict[str, Any]]:
     found = []
     for event in events:
         found += [d for d in event.get("qa_outputs", []) if d["id"].startswith(f"{task_id}:")]
-        for verdict in event.get("checks", []):  # a candidate's checks
+        # A candidate's checks: on its verdict, or on the park its failure made.
+        for verdict in event.get("checks", []) + event.get("failed_checks", []):
             found += [d for d in verdict.get("outputs", []) if d["id"].startswith(f"{task_id}:")]
     return found
 
@@ -91,14 +92,29 @@ def cut_off(digest: dict[str, Any]) -> bool:
     return not digest["passed"] and LIMIT < digest["output_bytes"] <= LIMIT + READ_CHUNK and digest["output_sha256"]
 
 
+# loud-candidate's Executor delivers once calm is on the batch branch: its Lane (made before) does not hold
+# calm's work and its candidate does, whatever order the Lanes' QA ends in.
+AFTER_CALM = """\
+import os, subprocess, sys, time
+if os.environ["LANES_ES_TASK_ID"] == "loud-candidate":
+    for _ in range(1200):
+        if subprocess.run(["git", "cat-file", "-e", "imm/loud:calm.txt"], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
+os.execv(sys.executable, [sys.executable, "-P", "-m", "lanes_es.cli.example_executor"])
+"""
+
+
 def test_a_check_writing_50_mb_is_cut_off_in_lane_qa_and_in_the_candidate_rerun_and_the_batch_goes_on(tmp_path):
     root = make_initiative(tmp_path / "repo", {
         "loud-qa": holds("loud-qa.txt", "delivered", loud_when="True"),
-        # Loud on its candidate, which holds calm's work (calm comes first in the plan), not in its Lane.
+        # Loud on its candidate, which holds calm's work, not in its Lane.
         "loud-candidate": holds("loud-candidate.txt", "delivered", loud_when="os.path.exists('calm.txt')"),
         "calm": holds("calm.txt", "delivered"),
     })
-    result, peak = autopilot(root, tmp_path / "lanes")
+    after_calm = tmp_path / "after-calm.py"
+    after_calm.write_text(AFTER_CALM)
+    result, peak = autopilot(root, tmp_path / "lanes", executor=f"{sys.executable} {after_calm}")
     said = result.stdout + result.stderr
     assert result.returncode == 3, said[-3000:]  # a person decides on the two loud tasks; no internal error
     assert "Traceback" not in said and "internal error" not in said

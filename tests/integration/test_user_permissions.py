@@ -44,6 +44,8 @@ class AsUser:
                "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
         if store is not None:
             env["LANES_ES_STORE"] = store
+        if "LANES_ES_COORDINATOR" in os.environ:  # the suite's in-place mode (tests/conftest.py), through `env -i`
+            env["LANES_ES_COORDINATOR"] = os.environ["LANES_ES_COORDINATOR"]
         return env
 
     def __call__(self, cwd: Path, *args: str, store: str | None = None) -> subprocess.CompletedProcess[str]:
