@@ -215,6 +215,11 @@ class BatchTools:
 
         return for_new_batch(self.deps, slug)
 
+    def forget_unconfirmed(self, slug: str) -> None:
+        from lanes_es.usecases.coordinator import forget_unconfirmed
+
+        forget_unconfirmed(self.deps, slug)
+
     def confirmation(self, args: StartArgs, batch_id: str | None = None) -> Confirmation:
         confirmation = prepare_confirmation(self.confirming(args.slug), args.slug, BatchOptions(
             max_parallel=args.max_parallel, final_verification=args.final_verification))
@@ -442,10 +447,12 @@ class McpBatchServer:
         seen = asked if asked is not None else gate_facts(confirmation)
         answer = await self.ask(ctx, params, CONFIRM_KEY, confirmation_text(facts), confirm_schema(True), seen)
         if isinstance(answer, str):
+            self.tools.forget_unconfirmed(args.slug)
             return self.tools.no_gate(args, facts, answer)
         if not isinstance(answer, Answer):
             return answer  # the input-required round: the client asks the user and calls again
         if not answer.confirmed:
+            self.tools.forget_unconfirmed(args.slug)
             return _declined(answer, START)
         # After the gate: the facts the user saw must still be the facts (upstream re-checks drift), else
         # refused as upstream refuses after its gate, never asked again.
@@ -455,6 +462,7 @@ class McpBatchServer:
             moved = ("plan_changed", f"Initiative {args.slug} was confirmed by another call after native "
                                      f"confirmation; nothing was recorded")
         if moved is not None:
+            self.tools.forget_unconfirmed(args.slug)
             return refusal(moved[0], moved[1], RECOVERY[moved[0]].format(tool=START))
         return self.tools.authorize_and_tick(args, again, answer)
 

@@ -75,6 +75,22 @@ def confirming(deps: Deps, slug: str, where: str | None = None) -> Iterator[Deps
                 ported.adapters.coordinators().remove_if_clean(deps.root, ported.root)
 
 
+def forget_unconfirmed(deps: Deps, slug: str) -> None:
+    """Over MCP the question and its answer are two calls, so `confirming` cannot span them: when the answer
+    refuses (declined, cancelled, no gate, the facts moved), the coordinator worktree made for the question is
+    removed here when it is clean and no authorization records it, so that a refusal writes nothing."""
+    where = os.environ.get("LANES_ES_COORDINATOR") or None
+    if where == IN_PLACE:
+        return
+    path = (Path(where).resolve() if where else default_place(deps, slug)).resolve()
+    if path == Path(deps.root).resolve() or not path.exists():
+        return
+    current = current_authorization(deps, slug)
+    if current is not None and current.coordinator is not None and Path(current.coordinator).resolve() == path:
+        return
+    deps.adapters.coordinators().remove_if_clean(deps.root, str(path))
+
+
 def _worktrees(common_dir: Path) -> set[Path]:
     """The linked worktrees git has registered, read from its own files (no spawn)."""
     from lanes_es.adapters.files import read_capped_text

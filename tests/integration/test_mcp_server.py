@@ -314,6 +314,7 @@ def test_without_elicitation_the_facts_come_back_with_the_command_that_confirms_
     assert "confirmed" not in started  # it ran under the authorization the command recorded
 
 
+@pytest.mark.coordinator_worktree  # the question made a coordinator worktree: the refusal takes it away
 @pytest.mark.parametrize("answer", ["decline", "cancel", "unconfirmed"])
 def test_a_declined_or_cancelled_confirmation_writes_nothing(repo, tmp_path, answer):
     user = User(action="accept", confirm=False) if answer == "unconfirmed" else User(action=answer)
@@ -327,6 +328,8 @@ def test_a_declined_or_cancelled_confirmation_writes_nothing(repo, tmp_path, ans
     expected = ("cancelled", "confirmation_cancelled") if answer == "cancel" else ("rejected", "confirmation_declined")
     assert (payload["state"], payload["reason_key"]) == expected
     assert not (Path(repo) / ".imm" / "state" / "batches").exists() and store_events(repo) == 0
+    assert not (Path(repo) / ".git" / "lanes-es" / "coordinators").exists()
+    assert not list((Path(repo) / ".git" / "worktrees").glob("*")), "a coordinator worktree was left"
 
 
 def test_retire_stale_batch_is_refused_while_a_child_is_in_flight_before_any_gate(repo, tmp_path):

@@ -116,12 +116,10 @@ def test_the_server_down_in_the_middle_of_a_tick_is_an_outage_and_the_next_tick_
     repo = one_task_repo(tmp_path / "repo", stop_server)
     submitted_lane(repo, tmp_path / "lanes")
 
-    began = time.monotonic()
     cut = lanes(repo, "tick", SLUG)
     while_down = lanes(repo, "status", SLUG)
 
     line = one_line(cut, EXIT_REFUSED)
-    assert time.monotonic() - began < 30  # said at once, not after the driver's retries gave up
     assert f"does not answer at 127.0.0.1:{cluster.port}" in line and "outage" in line, line
     assert "run the command again once the server is back" in line and DAMAGE_WORDS not in line, line
     assert f"no PostgreSQL listens on 127.0.0.1:{cluster.port}" in one_line(while_down, EXIT_REFUSED)
