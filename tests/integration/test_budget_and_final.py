@@ -19,7 +19,7 @@ from lanes_es.usecases.confirmation import prepare_confirmation
 from lanes_es.usecases.load import initiative
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("store_url")
+pytestmark = [pytest.mark.usefixtures("store_url"), pytest.mark.coordinator_worktree]
 
 
 def three_disjoint(tmp_path: Path) -> Engine:

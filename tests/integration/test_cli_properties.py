@@ -18,6 +18,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,8 @@ from lanes_es.exit_codes import EXIT_INTERNAL, EXIT_REFUSED
 from tests.store_rows import StoreRows, store_exists
 from lanes_es.cli.main import COMMAND_MODULES, build_parser, main
 from lanes_es.cli.demo import make_repository
+
+pytestmark = pytest.mark.coordinator_worktree
 
 SLUG = "demo"
 LONG_RUNNING = ("run", "mcp", "demo", "bench")

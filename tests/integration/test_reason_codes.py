@@ -19,7 +19,7 @@ from lanes_es.usecases.authorize import authorize
 from lanes_es.usecases.confirmation import prepare_confirmation
 from lanes_es.usecases.load import initiative
 
-pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
+pytestmark = [pytest.mark.usefixtures("store_url"), pytest.mark.coordinator_worktree]  # each test once on SQLite, once on PostgreSQL
 
 
 def cli(*args: str) -> tuple[int, str, str]:
@@ -164,9 +164,10 @@ def test_unstable_evidence_when_the_record_moves_while_the_completion_verifier_r
     assert findings[0]["message"] == "the state file changed while the batch was being verified"
 
 
-def test_dirty_working_tree_when_index_flags_hide_a_change_from_the_first_tick(tmp_path):
+def test_dirty_working_tree_when_index_flags_hide_a_change_from_the_first_tick(tmp_path, monkeypatch):
     """docs/upstream.md#the-batch-branch-preflight: a file marked skip-worktree (or assume-unchanged) could hide the user's
     change from status, so the new batch's preflight refuses it: no branch, no batch, no flag cleared."""
+    monkeypatch.setenv("LANES_ES_COORDINATOR", ".")  # about the coordinator checkout itself: in place
     engine = make_engine(tmp_path, {"s1": Task(["one.txt"])})
     assert cli("--root", engine.root, "authorize", engine.slug, "--yes")[0] == 0
     run_git(engine.root, "update-index", "--skip-worktree", "base.txt")

@@ -24,6 +24,8 @@ from tests.integration.test_autopilot import (
 from lanes_es.usecases.authorize import authorize
 from lanes_es.usecases.confirmation import BatchOptions, prepare_confirmation
 
+pytestmark = pytest.mark.coordinator_worktree
+
 SCOPE = f"steward:{SLUG}"
 
 
@@ -95,7 +97,9 @@ def admitted_once_each(url: str, root: str) -> None:
 def test_two_autopilots_started_together_one_steward_the_other_waits_a_third_is_refused(repo, tmp_path, executor_env,
                                                                                        store_url):
     lanes = tmp_path / "lanes"
-    env = {**executor_env, "LANES_ES_STORE": store_url}
+    # In place: the one that waited finds the batch completed in the checkout, nothing to run (in the default
+    # mode it would confirm a new batch from the user's HEAD and be told to land imm/six first).
+    env = {**executor_env, "LANES_ES_STORE": store_url, "LANES_ES_COORDINATOR": "."}
     logs = [open(tmp_path / f"run-{n}.log", "w+") for n in range(2)]
     both = [subprocess.Popen(run_command(repo, lanes, "--wait", "300"), cwd=PROJECT, env=env, stdout=log,
                              stderr=subprocess.STDOUT) for log in logs]
