@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from mcp import Client
 
 from tests.engine import Task, initiative_markdown
-from tests.gitfixtures import all_refs, head, intent_json, make_repo, requires_file, run_git, write_file
+from tests.gitfixtures import all_refs, coordinator, head, intent_json, make_repo, requires_file, run_git, write_file
 
 # Every test here goes through the store: run each on SQLite and on PostgreSQL (tests/conftest.py).
-pytestmark = pytest.mark.usefixtures("store_url")
+pytestmark = [pytest.mark.usefixtures("store_url"), pytest.mark.coordinator_worktree]
 
 PROJECT = Path(__file__).resolve().parents[2]
 SLUG = "init"
@@ -368,8 +368,10 @@ def test_retire_stale_batch_asks_the_user_then_supersedes_the_batch(repo, tmp_pa
     assert len(user.asked) == 2 and started["batch_id"] in user.asked[1].message
     assert not retired_error and retired["state"] == "retired" and retired["batch_id"] == started["batch_id"]
     assert retired["report"]["batch_state"] == "superseded" and retired["report"]["handoffs"] == []
-    record = json.loads((Path(repo) / ".imm" / "state" / "batches" / f"{started['batch_id']}.json").read_text())
-    assert record["batch_state"] == "superseded"
+    from lanes_es.bootstrap import bootstrap
+
+    assert bootstrap(repo, read_only=True).store.batch(started["batch_id"]).batch_state == "superseded"
+    assert not coordinator(repo, SLUG).exists()  # retired: its clean coordinator worktree went with it
     assert again_error and again["reason_key"] == "stale_batch_absent"
 
 
@@ -389,11 +391,13 @@ def user_commit(repo: str, path: str, text: str) -> str:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_users_fast_forward_is_adopted_and_retire_refuses_a_record_that_changed_while_asked(repo, tmp_path, mode):
+def test_a_users_fast_forward_is_adopted_and_retire_refuses_a_record_that_changed_while_asked(repo, tmp_path, mode,
+                                                                                            monkeypatch):
     """A user's commit on imm/<slug> is adopted by the next call under the same authorization (no second gate,
     `adopted_heads`, the Lane cut from the adopted head). retire_stale_batch then asks the user; while the user is
     asked, the user's next commit is adopted by a tick (the record changes): the retirement is refused after the
     gate, with upstream's words, on the record the user was asked about, and nothing is retired."""
+    monkeypatch.setenv("LANES_ES_COORDINATOR", ".")  # the user commits on imm/<slug> in the coordinator checkout
     moved: dict[str, str] = {}
 
     def meanwhile(message: str) -> None:
