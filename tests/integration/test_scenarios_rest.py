@@ -22,7 +22,7 @@ from lanes_es.tick_input import TickInput
 from tests.engine import Engine, Task, initiative_markdown
 from tests.engine_more import enroll, make_engine, state_bytes
 from tests.gitfixtures import (
-    all_refs, current_branch, git_out, head, intent_json, make_repo, porcelain, run_git, write_file,
+    all_refs, coordinator, current_branch, git_out, head, intent_json, make_repo, porcelain, run_git, write_file,
 )
 from lanes_es.usecases.load import initiative
 from lanes_es.usecases.plan import plan
@@ -30,7 +30,7 @@ from lanes_es.usecases.tick import tick
 
 SLUG = "initiative-slug"
 
-pytestmark = pytest.mark.usefixtures("store_url")  # each test once on SQLite, once on PostgreSQL
+pytestmark = [pytest.mark.usefixtures("store_url"), pytest.mark.coordinator_worktree]  # each test once on SQLite, once on PostgreSQL
 
 
 def cli(*args: str) -> tuple[int, str, str]:
@@ -543,7 +543,7 @@ def test_disp06_declining_or_cancelling_a_retirement_writes_nothing(tmp_path):
 
     root = twin_repo(tmp_path)
     user = ScriptedUser("accept", "decline", "cancel")
-    batches = Path(root, ".imm/state/batches")
+    batches = coordinator(root, PARITY_SLUG) / ".imm" / "state" / "batches"  # the batch runs in its own worktree
 
     async def main() -> tuple[dict[str, Any], list[tuple[bool, dict[str, Any]]], dict[str, bytes]]:
         async with host(root, tmp_path, user, mode="legacy") as client:

@@ -23,6 +23,8 @@ from lanes_es.exit_codes import EXIT_FINDING, EXIT_OK, EXIT_PIPE_CLOSED, EXIT_RE
 from tests.store_rows import StoreRows, event_rows, store_exists, store_url_of
 from lanes_es.cli.demo import make_repository
 
+pytestmark = pytest.mark.coordinator_worktree
+
 PROJECT = str(Path(__file__).resolve().parents[2])
 SLUG = "demo"
 
@@ -125,7 +127,8 @@ def add_task(repo: Path, task_id: str, intent_task: str | None, track: bool) -> 
         subprocess.run(["git", "commit", "-qm", "intent"], cwd=repo, check=True)
 
 
-def test_an_untracked_intent_is_named_with_the_git_command(repo):
+def test_an_untracked_intent_is_named_with_the_git_command(repo, monkeypatch):
+    monkeypatch.setenv("LANES_ES_COORDINATOR", ".")  # the user's untracked file in the coordinator checkout itself
     add_task(repo, "extra", "extra", track=False)
     plan = lanes(repo, "plan", SLUG)
     assert plan.returncode == EXIT_OK
