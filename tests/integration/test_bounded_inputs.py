@@ -23,6 +23,8 @@ from tests.integration.test_user_errors import (  # noqa: F401 - `repo` is a fix
     PROJECT, SLUG, authorized, refused, repo, rows,
 )
 
+pytestmark = pytest.mark.coordinator_worktree
+
 ADDRESS_SPACE = 1 << 30  # enough for any command of lanes-es, far too little for a file read whole
 DEEP_JSON = "[" * 60_000 + "]" * 60_000
 HUGE = 4 << 30
@@ -136,7 +138,8 @@ def test_an_intent_file_of_4_gib_is_refused(plain_repo, tmp_path):
 # ---------------------------------------------------------------- files of the repository
 
 
-def test_an_initiative_of_4_gib_is_refused_by_plan_and_authorize(repo):
+def test_an_initiative_of_4_gib_is_refused_by_plan_and_authorize(repo, monkeypatch):
+    monkeypatch.setenv("LANES_ES_COORDINATOR", ".")  # the file is the checkout's own, not committed
     sparse(repo / "docs" / "initiatives" / "huge.md")
     refused(lanes(repo, "plan", "huge"), "docs/initiatives/huge.md", "larger than 1048576 bytes")
     before = rows(repo)
