@@ -23,7 +23,7 @@ def plan(deps: Deps, slug: str, root: str | None = None) -> dict[str, Any]:
         inputs = read_plan_inputs(root, slug, read_initiative=deps.adapters.read_initiative,
                                   batch_git=ports.batch_git, kernel=ports.kernel)
     except PortError as error:
-        raise ServiceError("plan_projection_failed", str(error)) from None
+        raise ServiceError("plan_projection_failed", _uncommitted(deps, slug, root) or str(error)) from None
     # Upstream's plan keeps only a reason code; the precise cause and its fix go beside it.
     intent_errors = {task: intent_error_text(read, task, slug) for task, read in inputs.reads.items()
                      if isinstance(read, str) and task not in inputs.settled}
@@ -39,6 +39,24 @@ def plan(deps: Deps, slug: str, root: str | None = None) -> dict[str, Any]:
                            f"{error}{causes}") from None
     derived["intent_errors"] = intent_errors
     return derived
+
+
+def _uncommitted(deps: Deps, slug: str, root: str) -> str | None:
+    """In a coordinator worktree (made at the user's HEAD), an Initiative the user wrote and did not commit is
+    missing: said as what it is, not as an Initiative that does not exist."""
+    from lanes_es.adapters.initiative_reader import carrier_path, has_local_initiative
+
+    checkout = deps.checkout
+    if checkout is None or checkout == root:
+        return None
+    try:
+        if has_local_initiative(root, slug) or not has_local_initiative(checkout, slug):
+            return None
+    except PortError:
+        return None
+    return (f"Local Initiative {carrier_path(slug)} is in your checkout but not committed: a batch runs what is "
+            f"committed (its coordinator worktree is made at your HEAD); commit it and its intents (`git add "
+            f"{carrier_path(slug)} docs/plans && git commit`), then run the command again")
 
 
 def plan_digest_now(deps: Deps, slug: str, own_tasks: tuple[str, ...] | None,

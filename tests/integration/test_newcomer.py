@@ -83,6 +83,7 @@ def test_a_task_that_cannot_be_written_is_refused_and_nothing_is_written(greeter
     assert not (greeter / "docs/plans/t1.intent.json").exists()
 
 
+@pytest.mark.coordinator_worktree  # the batch runs in its own worktree: the user's checkout is not judged
 def test_authoring_refusals_name_the_command_that_moves_on(greeter: Path) -> None:
     refused(lanes(greeter, "initiative", "add-task", "nope", "t1", "--goal", "g", "--scope", "a", "--check", "true"),
             "initiative_not_found", "lanes-es initiative new nope")
@@ -93,6 +94,10 @@ def test_authoring_refusals_name_the_command_that_moves_on(greeter: Path) -> Non
     out = ok(lanes(greeter, "initiative", "add-task", "greeting", "t1", "--goal", "g", "--scope", "greet.py/",
                    "--check", "true"))
     assert "note:" not in out  # a trailing slash names the same path
+    # Not committed yet: `plan` reads the checkout, but a batch runs what is committed (its coordinator
+    # worktree is made at HEAD), and says so instead of "does not exist".
+    refused(lanes(greeter, "authorize", "greeting", "--yes"), "is in your checkout but not committed",
+            "git add docs/initiatives/greeting.md docs/plans && git commit")
 
 
 # ---------------------------------------------------------------- a batch of one's own, and its dead ends
