@@ -220,7 +220,7 @@ def read_only_mount(directory: Path, *command: str) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=120)
 
 
-def test_read_only_commands_work_on_a_read_only_store_and_writers_say_why(plain_repo):
+def test_read_only_commands_work_on_a_read_only_store_and_writers_say_why(plain_repo, monkeypatch):
     """A SQLite file on a read-only disk: SQLite only (a PostgreSQL store's permissions are the server's)."""
     repo = plain_repo
     batch_id = started(repo)
@@ -229,7 +229,9 @@ def test_read_only_commands_work_on_a_read_only_store_and_writers_say_why(plain_
         pytest.skip(f"no private mount namespace here ({probe.stderr.strip()})")
     command = [sys.executable, "-c", "import sys; from lanes_es.cli.main import main; sys.exit(main(sys.argv[1:]))",
                "--root", str(repo)]
-    os.environ.setdefault("PYTHONPATH", PROJECT)
+    # For the commands under the mount; undone after the test (left in the worker's environment, it made a
+    # later module's pip see the source tree's lanes_es as installed and skip the wheel).
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH") or PROJECT)
     for args in (["status", SLUG], ["verify", batch_id], ["replay", batch_id], ["rebuild", batch_id, "--check"],
                  ["plan", SLUG]):
         result = read_only_mount(store_of(repo).parent, *command, *args)

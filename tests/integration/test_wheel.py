@@ -25,6 +25,12 @@ import pytest
 PROJECT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def away_from_the_source_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No PYTHONPATH into the checkout in anything a test starts: the installed copy alone is under test."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(sdist, wheel): the sdist built from the checkout, the wheel from the sdist."""
@@ -46,8 +52,12 @@ def installed(dist: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory)
                                check=True, capture_output=True, text=True).stdout.strip())
     # the dependencies, from the suite's environment (a plain path entry: its .pth files stay unread)
     (site / "suite_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # Without PYTHONPATH: a path to the source tree there shows pip its lanes_es (the editable install's
+    # egg-info) as installed already, and pip installs nothing.
+    clean = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-index", str(dist[1])], check=True, capture_output=True, timeout=300)
+                    "--no-index", str(dist[1])], check=True, capture_output=True, timeout=300, env=clean)
+    assert (venv / "bin" / "lanes-es").is_file(), "the wheel installed no lanes-es script"
     return venv / "bin"
 
 
