@@ -32,6 +32,16 @@ def default_place(deps: Deps, slug: str) -> Path:
     return base / "lanes-es" / "coordinators" / slug
 
 
+def chosen_place(deps: Deps, slug: str, where: str | None = None) -> Path | None:
+    """Where a new batch's coordinator goes: `where` (`.`: in place), else $LANES_ES_COORDINATOR, else
+    lanes-es's place; None when that is the command's own checkout (in place)."""
+    where = where if where is not None else (os.environ.get("LANES_ES_COORDINATOR") or None)
+    if where == IN_PLACE:
+        return None
+    path = Path(where).resolve() if where else default_place(deps, slug)
+    return None if path == Path(deps.root) else path
+
+
 def for_new_batch(deps: Deps, slug: str, where: str | None = None) -> Deps:
     """The ports a confirmation (authorize, run, the MCP start tool) runs with: an open batch's recorded
     coordinator; for a new batch, `where` (`.`: in place; a directory; None: $LANES_ES_COORDINATOR, else
@@ -46,11 +56,8 @@ def for_new_batch(deps: Deps, slug: str, where: str | None = None) -> Deps:
     if (current is not None and recorded is None and current.coordinator is not None and where is None
             and (not Path(current.coordinator).exists() or _of_this_repository(deps, current.coordinator))):
         where = current.coordinator
-    where = where if where is not None else (os.environ.get("LANES_ES_COORDINATOR") or None)
-    if where == IN_PLACE:
-        return deps
-    path = Path(where).resolve() if where else default_place(deps, slug)
-    if path == Path(deps.root):
+    path = chosen_place(deps, slug, where)
+    if path is None:
         return deps
     head = deps.adapters.head(deps.root)
     deps.adapters.coordinators().prepare(deps.root, str(path), batch_branch_name(slug), head, slug)
@@ -79,12 +86,10 @@ def forget_unconfirmed(deps: Deps, slug: str) -> None:
     """Over MCP the question and its answer are two calls, so `confirming` cannot span them: when the answer
     refuses (declined, cancelled, no gate, the facts moved), the coordinator worktree made for the question is
     removed here when it is clean and no authorization records it, so that a refusal writes nothing."""
-    where = os.environ.get("LANES_ES_COORDINATOR") or None
-    if where == IN_PLACE:
+    path = chosen_place(deps, slug)
+    if path is None or not path.exists():
         return
-    path = (Path(where).resolve() if where else default_place(deps, slug)).resolve()
-    if path == Path(deps.root).resolve() or not path.exists():
-        return
+    path = path.resolve()
     current = current_authorization(deps, slug)
     if current is not None and current.coordinator is not None and Path(current.coordinator).resolve() == path:
         return
