@@ -361,9 +361,11 @@ def truncated_excerpt(text: str, limit: int, size: int, sha256: str) -> str:
 
 
 def run_bounded(argv: list[str], cwd: str, stdin: bytes, timeout: float, keep_stdout: int,
-                keep_stderr: int, env: dict[str, str] | None = None) -> tuple[int, Captured, Captured]:
+                keep_stderr: int, env: dict[str, str] | None = None,
+                started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> tuple[int, Captured, Captured]:
     """Run a user's command (no shell, its own process group) and read stdout and stderr to their end, keeping
-    only bounded heads: a command that writes gigabytes costs time (up to `timeout`), never memory.
+    only bounded heads: a command that writes gigabytes costs time (up to `timeout`), never memory. `started`
+    is handed the process once it runs (to signal it from another thread).
     Raises OSError when it cannot start, subprocess.TimeoutExpired (its group killed) when it outlives `timeout`."""
     import selectors
     import time
@@ -372,6 +374,8 @@ def run_bounded(argv: list[str], cwd: str, stdin: bytes, timeout: float, keep_st
     out, err = Captured(keep_stdout), Captured(keep_stderr)
     process = start_check(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE)
+    if started is not None:
+        started(process)
     try:
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
         try:

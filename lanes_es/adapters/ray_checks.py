@@ -69,17 +69,11 @@ class RayChecks:
                      outputs=list(result.outputs), tree=tree.identity)
 
     def settle_open(self, attempts: dict[str, Any]) -> None:
-        """Attempts an earlier coordinator of this batch sent (the log's open ones, by id): each is collected
-        when it finished, cancelled when it still runs, lost when its node no longer knows it; the note of
-        each goes to the journal. Their results are not used: the checks they ran are this tick's to run."""
-        from lanes_es.adapters.ray_runner import AttemptNote
+        """Attempts an earlier coordinator of this batch sent (`ray_runner.settle`); the note of each goes to the
+        journal. An Executor attempt is not this tick's: the autopilot that sent it still holds it, or the next
+        one settles it (lanes_es/steward/attempts.py)."""
+        from lanes_es.adapters.ray_runner import settle
 
-        for attempt_id, sent in attempts.items():
-            found = self.cluster.collect(sent.node, attempt_id, cancel=True)
-            if found.state == "unknown":
-                self._note(AttemptNote("lost", attempt_id, sent.node, sent.task_id, sent.tree,
-                                       "its node no longer knows it (the node or its host was lost)", sent.kind))
-            else:
-                outcome = "cancelled" if found.state == "running" else "collected"
-                self._note(AttemptNote("ended", attempt_id, sent.node, sent.task_id, sent.tree,
-                                       f"{outcome} by a later coordinator", sent.kind))
+        for note in settle(self.cluster, {attempt_id: sent for attempt_id, sent in attempts.items()
+                                          if sent.kind != "executor"}):
+            self._note(note)

@@ -9,7 +9,9 @@ The coordinator keeps git and the log; a node receives values and returns values
 - a task's intent; each check then runs exactly as a local one does (`run_check_here`, the local runner's
   own code: no shell, the limited environment, its own process group, the timeout, the output cap, the
   protected inputs hashed before and after), and its result goes back as msgpack bytes of `HostResult`,
-  which the coordinator decodes as that type and nothing else.
+  which the coordinator decodes as that type and nothing else. A node that cannot fetch the tree (its
+  object store failing, as when the node goes away) answers `lost`: the coordinator sends the check
+  elsewhere and never counts it as the Lane's failure.
 
 The host is a detached actor named after its node, so that a coordinator that restarts (a new Ray
 Client session) finds the attempts its predecessor started there: each attempt is kept under its id
@@ -55,7 +57,8 @@ class TreePayload(msgspec.Struct, frozen=True, kw_only=True):
 
 class HostResult(msgspec.Struct, frozen=True, kw_only=True):
     """One check attempt's end on a node. `error`: the run could not complete (a check failure, never a
-    pass); `state` is `finished`, `running` (asked before its end) or `unknown` (no such attempt here)."""
+    pass); `state` is `finished`, `running` (asked before its end), `unknown` (no such attempt here) or
+    `lost` (the node could not run it: not a result of the check)."""
 
     attempt_id: str
     state: str = "finished"
@@ -154,13 +157,14 @@ def run_qa_here(tree: Any, task_id: str, intent: dict[str, Any],
 
 
 class _Attempt:
-    def __init__(self, batch_id: str) -> None:
+    def __init__(self, batch_id: str, watch: Any = None) -> None:
         from lanes_es.ports import Cancel
 
         self.batch_id = batch_id
         self.result: bytes | None = None
         self.done = threading.Event()
         self.cancel = Cancel()  # set by `cancel`: the check's process group is killed, as locally
+        self.watch = watch  # an Executor attempt's (remote_attempt.AttemptWatch): its progress and its stop
 
 
 class NodeHost:
@@ -192,39 +196,47 @@ class NodeHost:
         started = time.monotonic()
         node = self.describe()["node"]
         try:
+            tree = self._tree(tree_ref)
+        except Exception as error:  # this node's object store failed it (a node going away): lost, not failed
+            return self._end(attempt, HostResult(attempt_id=attempt_id, state="lost", node=node, task_id=task_id,
+                                                 error=f"the node could not fetch the tree: {error}"[:500]))
+        try:
             reasons: list[str] = []
             if qa:
-                findings, reasons, outputs = run_qa_here(self._tree(tree_ref), task_id, intent, attempt.cancel)
+                findings, reasons, outputs = run_qa_here(tree, task_id, intent, attempt.cancel)
             else:
-                findings, outputs = run_check_here(self._tree(tree_ref), task_id, intent, attempt.cancel)
+                findings, outputs = run_check_here(tree, task_id, intent, attempt.cancel)
             result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id, findings=findings,
                                 reasons=reasons, outputs=outputs, cancelled=attempt.cancel.is_set(),
                                 seconds=time.monotonic() - started)
         except Exception as error:  # the run could not complete: a failure, with why
             result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id, error=str(error),
                                 seconds=time.monotonic() - started)
+        return self._end(attempt, result)
+
+    @staticmethod
+    def _end(attempt: _Attempt, result: Any) -> bytes:
         attempt.result = msgspec.msgpack.encode(result)
         attempt.done.set()
         return attempt.result
 
     def run_attempt(self, attempt_id: str, batch_id: str, tree_ref: list[Any], request: bytes) -> bytes:
         """Run one Executor attempt in a checkout of the Lane's files (remote_attempt.py); its outcome."""
-        from lanes_es.adapters.remote_attempt import run_attempt_here
+        from lanes_es.adapters.remote_attempt import AttemptWatch, run_attempt_here
 
-        attempt = _Attempt(batch_id)
+        attempt = _Attempt(batch_id, AttemptWatch())
         with self._lock:
             self._attempts[attempt_id] = attempt
         node = self.describe()["node"]
         try:
             result, delivery, output = run_attempt_here(self._tree(tree_ref),
-                                                        msgspec.msgpack.decode(request, type=AttemptRequest))
+                                                        msgspec.msgpack.decode(request, type=AttemptRequest),
+                                                        attempt.watch)
             outcome = AttemptOutcome(attempt_id=attempt_id, node=node, result=result, delivery=delivery,
                                      output=output)
         except Exception as error:  # the attempt could not run here: its end, with why
             outcome = AttemptOutcome(attempt_id=attempt_id, node=node, error=f"{type(error).__name__}: {error}")
-        attempt.result = msgspec.msgpack.encode(outcome)
-        attempt.done.set()
-        return attempt.result
+        return self._end(attempt, outcome)
 
     def collect(self, attempt_id: str) -> bytes:
         """The attempt's result when it finished, else its state (`running`, or `unknown` here)."""
@@ -237,12 +249,28 @@ class NodeHost:
         return attempt.result
 
     def cancel(self, attempt_id: str) -> bytes:
-        """Stop the attempt if it still runs (its commands killed); its state as `collect` gives it."""
+        """Stop the attempt if it still runs (its commands killed; an Executor attempt's agent stopped, as the
+        autopilot stops one); its state as `collect` gives it."""
+        return self.stop_attempt(attempt_id, "stopped", "a later coordinator of its batch cancelled the attempt")
+
+    def stop_attempt(self, attempt_id: str, reason: str, detail: str) -> bytes:
+        """`cancel`, with the reason an Executor attempt records for its end (a budget, a stopped task)."""
         with self._lock:
             attempt = self._attempts.get(attempt_id)
         if attempt is not None and attempt.result is None:
             attempt.cancel.set()
+            if attempt.watch is not None:
+                attempt.watch.stop(reason, detail)
         return self.collect(attempt_id)
+
+    def progress(self, attempt_id: str) -> bytes:
+        """What a running Executor attempt's agent reported so far (`ExecutorUsage` as msgpack; empty when none)."""
+        from lanes_es.domain.events import ExecutorUsage
+
+        with self._lock:
+            attempt = self._attempts.get(attempt_id)
+        usage = attempt.watch.progress() if attempt is not None and attempt.watch is not None else ExecutorUsage()
+        return msgspec.msgpack.encode(usage)
 
     def attempts_of(self, batch_id: str) -> list[str]:
         """The ids of the attempts of `batch_id` this host holds (running or finished)."""

@@ -7,8 +7,8 @@ object store once per candidate; each attempt carries a reference to it.
 
 What can happen to an attempt, and what the runner does (Ray retries nothing: every rerun is decided here):
 - it ends: its result (decoded as `HostResult` only) is the check's result;
-- its node or host is lost (`RayActorError` and kin, or the node reported dead): the node is taken out,
-  the loss noted, and the check sent to another node, up to `LOST_RERUNS` times; a check lost every time
+- its node or host is lost (`RayActorError` and kin, the node reported dead, or the host answering
+  `lost` because its object store failed it): the node is taken out, the loss noted, and the check sent to another node, up to `LOST_RERUNS` times; a check lost every time
   raises `ClusterLost`, never a failure of the Lane's checks.
 Each of these is handed to `journal` (dispatched, ended, lost) for the coordinator's log.
 """
@@ -22,8 +22,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from lanes_es.adapters.ray_cluster import RayUnavailable, connect, slot_nodes
 import msgspec
+
+from lanes_es.adapters.ray_cluster import RayUnavailable, connect, slot_nodes
+from lanes_es.domain.events import ExecutorUsage
 
 from lanes_es.adapters.ray_host import (
     DELIVERY_LIMIT, AttemptOutcome, AttemptRequest, HostResult, TreePayload, decode_result, encode_tree, host_actor,
@@ -176,6 +178,10 @@ class RayCheckRunner:
             if result.attempt_id != attempt_id or result.task_id != task_id:
                 result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id,
                                     error="a node answered for another attempt")
+            if result.state == "lost":  # the node could not run it: sent elsewhere, the node taken out
+                self.slots.lose(node)
+                self.journal(AttemptNote("lost", attempt_id, node, task_id, identity, result.error or "", work))
+                continue
             self.journal(AttemptNote("ended", attempt_id, node, task_id, identity, _outcome(result), work))
             DISPATCH_TIMES.append((time.monotonic() - began, result.seconds))
             return result
@@ -229,6 +235,27 @@ class RayCheckRunner:
                 cancel.forget(hook)
             self.slots.give_back(node)
 
+    def stop_attempt(self, node: str, attempt_id: str, reason: str, detail: str) -> None:
+        """Ask an Executor attempt running on `node` to end, with why (its agent is stopped as a local one is, and
+        its end records the reason); nothing when its node is gone (its loss is its end)."""
+        host = self._hosts.get(node)
+        if host is None:
+            return
+        try:
+            self._ray.get(host.stop_attempt.remote(attempt_id, reason, detail), timeout=60)
+        except self._lost_errors():
+            pass
+
+    def progress(self, node: str, attempt_id: str) -> ExecutorUsage:
+        """What an Executor attempt's agent on `node` reported so far; nothing when its node does not answer."""
+        host = self._hosts.get(node)
+        if host is None:
+            return ExecutorUsage()
+        try:
+            return decode_result(self._ray.get(host.progress.remote(attempt_id), timeout=10), ExecutorUsage)
+        except (ValueError, *self._lost_errors()):
+            return ExecutorUsage()
+
     def collect(self, node: str, attempt_id: str, cancel: bool = False) -> HostResult:
         """An attempt a coordinator before this one started: its result, or its state (running, unknown);
         `cancel`: stopped first when it still runs."""
@@ -254,3 +281,21 @@ def _outcome(result: HostResult) -> str:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0][:300] if text else ''}"
+
+
+def settle(cluster: RayCheckRunner, attempts: dict[str, Any]) -> list[AttemptNote]:
+    """Attempts an earlier coordinator of this batch sent (the log's open ones, by id, each its
+    `RemoteAttemptDispatched`): each collected when it finished, cancelled when it still runs (an Executor
+    attempt's agent stopped), lost when its node no longer knows it; a note of each for the log. Their
+    results are not used: what they were sent to do is the new coordinator's to do again."""
+    notes = []
+    for attempt_id, sent in attempts.items():
+        found = cluster.collect(sent.node, attempt_id, cancel=True)
+        if found.state == "unknown":
+            notes.append(AttemptNote("lost", attempt_id, sent.node, sent.task_id, sent.tree,
+                                     "its node no longer knows it (the node or its host was lost)", sent.kind))
+        else:
+            outcome = "cancelled" if found.state == "running" else "collected"
+            notes.append(AttemptNote("ended", attempt_id, sent.node, sent.task_id, sent.tree,
+                                     f"{outcome} by a later coordinator", sent.kind))
+    return notes

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
 import sys
 import tempfile
+import threading
 from typing import Any
 
 import msgspec
@@ -24,15 +26,68 @@ from lanes_es.adapters.git import batch_identity_env, git
 from lanes_es.adapters.processes import run_bounded
 from lanes_es.adapters.ray_host import AttemptRequest, DeliveredFile
 from lanes_es.executors import agent_named
-from lanes_es.executors.attempt import AttemptResult, AttemptSpec, write_atomically
+from lanes_es.domain.events import ExecutorUsage
+from lanes_es.executors.attempt import AttemptResult, AttemptSpec, StopRequest, write_atomically
 from lanes_es.executors.environment import executor_environment
 
 OUTPUT_KEPT = 256 * 1024  # the head of what the attempt printed that goes back for its log file
 GRACE_SECONDS = 30  # the attempt process enforces the limit itself; this bounds a stuck one
 
 
-def run_attempt_here(tree: Any, request: AttemptRequest) -> tuple[AttemptResult, list[DeliveredFile], bytes]:
-    """Run the attempt in a checkout of `tree`; its result, its delivery, and the head of its output."""
+PROGRESS_LIMIT = 64 * 1024  # the most bytes of an attempt's progress file read back for the coordinator
+
+
+class AttemptWatch:
+    """The coordinator's hold on an attempt running on this node, as the autopilot holds a local one: what its
+    agent reported so far (the attempt process's progress file), and a stop (the reason in its stop file,
+    then SIGTERM: the attempt process kills its agent and records why). A stop asked before the attempt
+    process started reaches it as soon as it starts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._process: Any = None
+        self._spec: AttemptSpec | None = None
+        self._asked: StopRequest | None = None
+
+    def attach(self, process: Any, spec: AttemptSpec) -> None:
+        with self._lock:
+            self._process, self._spec = process, spec
+            if self._asked is not None:
+                self._send()
+
+    def stop(self, reason: str, detail: str) -> None:
+        with self._lock:
+            self._asked = StopRequest(reason=reason, detail=detail)
+            if self._process is not None:
+                self._send()
+
+    def stopped(self) -> StopRequest | None:
+        return self._asked
+
+    def progress(self) -> ExecutorUsage:
+        spec = self._spec
+        if spec is None:
+            return ExecutorUsage()
+        try:
+            with open(spec.progress_path, "rb") as handle:
+                return msgspec.json.decode(handle.read(PROGRESS_LIMIT), type=ExecutorUsage)
+        except (OSError, msgspec.DecodeError):
+            return ExecutorUsage()
+
+    def _send(self) -> None:
+        assert self._spec is not None and self._asked is not None
+        try:
+            write_atomically(self._spec.stop_path, msgspec.json.encode(self._asked))
+            os.kill(self._process.pid, signal.SIGTERM)
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # it ended meanwhile (its checkout is gone with it)
+
+
+def run_attempt_here(tree: Any, request: AttemptRequest,
+                     watch: AttemptWatch | None = None) -> tuple[AttemptResult, list[DeliveredFile], bytes]:
+    """Run the attempt in a checkout of `tree`; its result, its delivery, and the head of its output. `watch`:
+    the coordinator's hold on it while it runs (its progress, its stop)."""
+    watch = watch or AttemptWatch()
     agent = agent_named(request.agent)
     if agent is None:
         raise ValueError(f"no Executor adapter named {request.agent!r} on this node")
@@ -55,7 +110,7 @@ def run_attempt_here(tree: Any, request: AttemptRequest) -> tuple[AttemptResult,
                                    agent.environment(work))
         _, out, _ = run_bounded([sys.executable, "-P", "-m", "lanes_es.executors.attempt", spec_path], cwd=work,
                                 stdin=b"", timeout=limits.timeout_seconds + GRACE_SECONDS, keep_stdout=OUTPUT_KEPT,
-                                keep_stderr=0, env=env)
+                                keep_stderr=0, env=env, started=lambda process: watch.attach(process, spec))
         try:
             result = msgspec.json.decode(open(spec.result_path, "rb").read(), type=AttemptResult)
         except (OSError, msgspec.DecodeError):

@@ -45,6 +45,7 @@ class AttemptLog:
         self.anchor = anchor
         self.unanchored: set[str] = set()
         self.unrecorded: list[tuple[str, str, int, AttemptResult | None]] = []  # (batch, task, attempt, result)
+        self.remote_notes: list[Any] = []  # attempts on Ray nodes: what their runners noted, not recorded yet
         self.spent = Spent()  # what the batch's attempts spent, as the log held it when last read or written
 
     def record(self, batch_id: str, change: Callable[[LaneBatch, str], None]) -> LaneBatch:
@@ -131,16 +132,24 @@ class AttemptLog:
         checkpoint, two git spawns, for all: Executors that wait for each other exit at once, just before
         the tick that takes their work). An attempt on a Ray node has its dispatch, and its end or loss
         there, recorded before."""
-        notes = [note for done in finished for note in done.notes]
-        if notes:
-            try:
-                self.record(batch_id, lambda live, now: record_remote_notes(live, now, notes))
-            except (StoreConflict, StoreOutage):
-                pass  # the attempts' own ends are still recorded, below or on a later round
+        self.note_remote(batch_id, [note for done in finished for note in done.notes])
         for done in finished:
             if done.attempt >= 1:
                 self.unrecorded.append((batch_id, done.task_id, done.attempt, done.result))
         self.flush()
+
+    def note_remote(self, batch_id: str, notes: list[Any]) -> None:
+        """What the runners of attempts on Ray nodes noted (dispatched, ended, lost), recorded in their order after
+        any a busy batch or an outage kept back."""
+        self.remote_notes += notes
+        if not self.remote_notes:
+            return
+        kept = list(self.remote_notes)
+        try:
+            self.record(batch_id, lambda live, now: record_remote_notes(live, now, kept))
+        except (StoreConflict, StoreOutage):
+            return  # kept for a later round
+        del self.remote_notes[:len(kept)]
 
     def write_down(self, batch_id: str, task_id: str, attempt: int, result: AttemptResult | None) -> None:
         self.unrecorded.append((batch_id, task_id, attempt, result))
@@ -171,6 +180,7 @@ class AttemptLog:
         batch = self.load(batch_id)
         if batch is None:
             return []
+        self.settle_remote(batch_id, batch)
         settled = []
         for task_id in list(batch.executor_runs.attempts):
             open_attempt = batch.executor_runs.open_attempt(task_id)
@@ -182,6 +192,26 @@ class AttemptLog:
             self.write_down(batch_id, task_id, number, self.executors.read_result(task_id, number))
             settled.append(task_id)
         return settled
+
+
+    def settle_remote(self, batch_id: str, batch: LaneBatch) -> None:
+        """Executor attempts an earlier autopilot sent to Ray nodes and never saw end (the log holds their dispatch
+        only): each cancelled on its node when it still runs (its agent stopped), collected when it ended, lost
+        when its node no longer knows it; recorded. A cluster that cannot be reached leaves them open for a later
+        run."""
+        from lanes_es.adapters.ray_cluster import RayUnavailable
+        from lanes_es.adapters.ray_runner import settle
+
+        ours = {note.attempt_id for note in self.remote_notes}
+        left = {attempt_id: sent for attempt_id, sent in batch.remote_attempts.open.items()
+                if sent.kind == "executor" and attempt_id not in ours}
+        if not left or self.executors.remote is None:
+            return
+        try:
+            notes = settle(self.executors.remote(lambda note: None), left)
+        except RayUnavailable:
+            return
+        self.note_remote(batch_id, notes)
 
 
 def record_end(batch: LaneBatch, now: str, task_id: str, attempt: int, result: AttemptResult | None) -> None:

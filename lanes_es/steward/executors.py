@@ -249,10 +249,13 @@ class Executors:
         return running
 
     def stop(self, task_id: str, reason: str, detail: str) -> None:
-        """Ask a running agent attempt to end (its process kills the agent and records why); a command is left,
-        and so is an attempt on a Ray node (its node holds it to its limits)."""
+        """Ask a running agent attempt to end (its process kills the agent and records why), here or on its Ray
+        node; a command is left."""
         running = self.running.get(task_id)
-        if running is None or running.adapter == COMMAND or running.process.pid is None:
+        if running is None or running.adapter == COMMAND:
+            return
+        if running.process.pid is None:  # on a Ray node (steward/remote_run.py)
+            running.process.stop(reason, detail)
             return
         write_atomically(self.stop_path(task_id), msgspec.json.encode(StopRequest(reason=reason, detail=detail)))
         try:
@@ -262,6 +265,9 @@ class Executors:
 
     def live_usage(self, task_id: str) -> ExecutorUsage:
         """What a running agent attempt has reported so far (its progress file), nothing when it has not."""
+        running = self.running.get(task_id)
+        if running is not None and running.process.pid is None:  # on a Ray node: its host reads the file there
+            return running.process.live_usage()
         try:
             return msgspec.json.decode(self.progress_path(task_id).read_bytes(), type=ExecutorUsage)
         except (OSError, msgspec.DecodeError):
@@ -361,13 +367,22 @@ class Executors:
                 continue
             seconds = self.clock() - running.started
             finished = Finished(task_id, code, seconds, running.record_revision, running.log, running.attempt,
-                                self.result_of(running, code), list(getattr(running.process, "notes", [])))
+                                self.result_of(running, code), self._notes_of(running))
             self.finished[task_id] = finished
             del self.running[task_id]
             self.pid_file(task_id).unlink(missing_ok=True)
             submitting_marker(self.result_path(task_id, running.attempt)).unlink(missing_ok=True)
             done.append(finished)
         return done
+
+    def take_remote_notes(self) -> list[Any]:
+        """What the runners of the attempts running on Ray nodes noted since the last call (their dispatches)."""
+        return [note for running in self.running.values() for note in self._notes_of(running)]
+
+    @staticmethod
+    def _notes_of(running: Running) -> list[Any]:
+        take = getattr(running.process, "take_notes", None)
+        return take() if take is not None else []
 
     def result_of(self, running: Running, code: int) -> AttemptResult | None:
         """An agent attempt's result file; for a command, the one the autopilot writes now (a survivor's exit

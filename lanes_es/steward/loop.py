@@ -364,6 +364,7 @@ class Autopilot:
         while True:
             if self.tell_exits(self.executors.reap()):
                 return
+            self.record_dispatches()
             self.end_over_budget()
             self.show()
             self.executors.wait_for_exit(self.poll)  # woken by an exit at once; the poll for adopted survivors
@@ -377,6 +378,13 @@ class Autopilot:
             self.tell_exits(self.executors.reap())  # an Executor may exit after the batch settled: still told
             if self.executors.running:
                 self.executors.wait_for_exit(self.poll)
+
+    def record_dispatches(self) -> None:
+        """Attempts just sent to Ray nodes: their dispatch recorded now, not with their end, so that a run killed
+        meanwhile leaves them open in the log for the next run to cancel on their nodes."""
+        notes = self.executors.take_remote_notes()
+        if notes and self.attempts is not None and self.report is not None:
+            self.attempts.note_remote(self.report["batch_id"], notes)
 
     def tell_exits(self, finished: list[Any]) -> bool:
         if finished and self.attempts is not None and self.report is not None:

@@ -6,13 +6,18 @@ Here, in a thread of the autopilot: the delivery is written into the Lane only w
 the task may touch (else nothing is, and the attempt is not submitted), then the task is submitted in
 the Lane as a local attempt submits it, and the attempt's result file is written where a local attempt
 writes its own, so the autopilot records its end the same way. `poll` answers as a process's does.
-What the runner noted of the attempt (dispatched, ended or lost on its node) is kept in `notes` for
-the autopilot to record with the attempt's end: this thread never writes the log.
+What the runner noted of the attempt (dispatched, ended or lost on its node) is kept for the autopilot
+to take (`take_notes`): its dispatch is recorded as soon as it is sent (the autopilot is woken for it),
+so that an autopilot killed meanwhile leaves the attempt open in the log for the next one to cancel on
+its node; this thread never writes the log. While it runs, the autopilot reaches the attempt on its node
+as it reaches a local one: what its agent reported so far (`live_usage`), and a stop with its reason
+(`stop`: a budget, a stopped task), which the attempt records as its end.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +25,9 @@ import msgspec
 
 from lanes_es.domain.events import ExecutorUsage
 from lanes_es.executors.attempt import Attempt, AttemptResult, write_atomically
+
+
+USAGE_EVERY_SECONDS = 1.0
 
 
 class RemoteRun:
@@ -33,12 +41,54 @@ class RemoteRun:
         self.connect, self.launch, self.log, self.scope = connect, launch, log, scope
         self.agent_program = agent_program
         self.code: int | None = None
-        self.notes: list[Any] = []
+        self._notes: list[Any] = []
+        self._lock = threading.Lock()
+        self._cluster: Any = None
+        self._sent: tuple[str, str] | None = None  # (node, attempt id) once dispatched
+        self._stop: tuple[str, str] | None = None  # (reason, detail) once asked
+        self._usage, self._usage_at = ExecutorUsage(), float("-inf")
         self._exited = exited
         threading.Thread(target=self._run, name=f"lanes-es-remote-{launch.task_id}", daemon=True).start()
 
     def poll(self) -> int | None:
         return self.code
+
+    def take_notes(self) -> list[Any]:
+        """What the runner noted since the last call, oldest first."""
+        with self._lock:
+            notes, self._notes = self._notes, []
+        return notes
+
+    def stop(self, reason: str, detail: str) -> None:
+        """Ask the attempt to end on its node, with why (asked before it was sent: asked once it is)."""
+        with self._lock:
+            self._stop = (reason, detail)
+            sent, cluster = self._sent, self._cluster
+        if sent is not None and cluster is not None:
+            threading.Thread(target=cluster.stop_attempt, args=(*sent, reason, detail), daemon=True).start()
+
+    def live_usage(self) -> ExecutorUsage:
+        """What the attempt's agent reported so far on its node (asked at most once a second: the autopilot asks
+        on every round)."""
+        with self._lock:
+            sent, cluster = self._sent, self._cluster
+        if sent is None or cluster is None or self.code is not None:
+            return ExecutorUsage()
+        now = time.monotonic()
+        if now - self._usage_at >= USAGE_EVERY_SECONDS:
+            self._usage, self._usage_at = cluster.progress(*sent), now
+        return self._usage
+
+    def _note(self, note: Any) -> None:
+        with self._lock:
+            self._notes.append(note)
+            if note.kind == "dispatched":
+                self._sent = (note.node, note.attempt_id)
+            stop, sent, cluster = self._stop, self._sent, self._cluster
+        if note.kind == "dispatched":
+            self._exited.set()  # the autopilot wakes and records the dispatch before the attempt's end
+            if stop is not None and cluster is not None and sent is not None:
+                cluster.stop_attempt(*sent, *stop)
 
     def _run(self) -> None:
         result: AttemptResult
@@ -59,7 +109,7 @@ class RemoteRun:
         launch = self.launch
         request = AttemptRequest(agent=launch.adapter, program=self.agent_program, prompt=launch.prompt or "",
                                  limits=launch.limits, contract=dict(launch.contract or {}))
-        cluster = self.connect(self.notes.append)
+        cluster = self._cluster = self.connect(self._note)
         outcome = cluster.run_executor_attempt(launch.task_id, lane_payload(launch.lane), request)
         sink.write(f"--- lanes-es: on node {outcome.node or '?'} (attempt {outcome.attempt_id or '?'})\n".encode())
         sink.write(outcome.output)

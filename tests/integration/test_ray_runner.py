@@ -112,6 +112,24 @@ def test_a_candidates_tree_goes_to_the_object_store_once(cluster: LocalRayCluste
     assert first[0] == again[0] and first[1] is again[1]
 
 
+def test_a_node_that_cannot_fetch_the_tree_loses_the_check_and_never_fails_it(
+        cluster: LocalRayCluster, tree: CandidateTree, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host whose object store fails it (as a node going away does) answers `lost`: the check is sent to
+    another node, the node taken out, each loss noted; past the bound the round is refused (ClusterLost),
+    never a failed check."""
+    from lanes_es.adapters.ray_runner import LOST_RERUNS, ClusterLost, RayCheckRunner
+
+    notes: list[Any] = []
+    runner = RayCheckRunner(cluster.runner, "batch-ray-test", notes.append)
+    monkeypatch.setattr(runner, "tree_ref", lambda tree: ("unfetchable", b"not an object ref"))
+    with pytest.raises(ClusterLost, match="lost with its node 3 times"):
+        runner.run_attempts(tree, "task-0", CASES["passes"])
+    lost = [note for note in notes if note.kind == "lost"]
+    assert len(lost) == LOST_RERUNS + 1 and len({note.node for note in lost}) == 3, notes
+    assert all("could not fetch the tree" in note.detail for note in lost)
+    assert [note.kind for note in notes].count("ended") == 0 and runner.slots.free == {}
+
+
 def test_an_executor_attempt_runs_on_a_node_and_its_delivery_comes_back_checked_against_the_scope(
         cluster: LocalRayCluster, agent_scenario: Path, tmp_path: Path) -> None:
     from lanes_es.adapters.ray_host import AttemptRequest, DeliveredFile
@@ -250,28 +268,15 @@ def test_lanes_es_run_on_the_cluster_runs_the_agents_there_and_integrates_their_
     """`lanes-es run --runner ray://... --executor claude-code`, the real command line: each attempt runs on a node
     (in a checkout there, not in the Lane), its delivery is written into the Lane and submitted; greet's first
     delivery fails its QA on a node, and the rework's prompt quotes the reason the node gave; both integrate."""
-    import subprocess
-    import sys
-
     from lanes_es.domain import events as ev
-    from tests.engine import Task, initiative_markdown
-    from tests.gitfixtures import git_out, intent_json, make_repo
+    from tests.gitfixtures import git_out
 
-    checks = {"greet": ("src/greet.py", "Hello"), "farewell": ("src/farewell.py", "Goodbye")}
-    intents = {task: intent_json(task, [path], verification=descriptor(
-        ["-c", f"import sys; text = open({path!r}).read(); print('found ' + repr(text)); "
-               f"sys.exit({word!r} not in text)"]), goal=f"Write {path}") for task, (path, word) in checks.items()}
-    repo = make_repo(tmp_path / "repo", intents=intents, files={
-        "docs/initiatives/greetings.md": initiative_markdown({task: Task([path]) for task, (path, _) in checks.items()})})
+    repo = greetings_repo(tmp_path)
     agent_scenario.write_text(json.dumps({"record": str(tmp_path / "calls"), "tasks": {
         "greet": [{"write": {"src/greet.py": "Hi\n"}, "tokens_in": 100}, {"write": {"src/greet.py": "Hello\n"}}],
         "farewell": [{"write": {"src/farewell.py": "Goodbye\n"}, "tokens_in": 50}]}}))
-    env = {**os.environ, **cluster.env(), "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}"}
     lanes = tmp_path / "lanes"
-    done = subprocess.run([sys.executable, "-m", "lanes_es.cli.main", "--root", repo, "run", "greetings",
-                           "--max-parallel", "2", "--lanes-dir", str(lanes), "--executor", "claude-code", "--yes",
-                           "--poll", "0.05", "--runner", cluster.runner], capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = run_on_cluster(cluster, repo, lanes)
     assert done.returncode == 0, done.stdout + done.stderr
     assert git_out(repo, "show", "imm/greetings:src/greet.py") == "Hello"
     assert git_out(repo, "show", "imm/greetings:src/farewell.py") == "Goodbye"
@@ -292,6 +297,130 @@ def test_lanes_es_run_on_the_cluster_runs_the_agents_there_and_integrates_their_
     assert [(event.task_id, event.submitted) for event in finished].count(("greet", True)) == 2
     assert deps.store.batch(batch_id).remote_attempts.open == {}
     assert rebuild_holds(SimpleNamespace(root=repo, batch=SimpleNamespace(id=batch_id)), store_url)
+
+
+def greetings_repo(tmp_path: Path) -> str:
+    """A repository with the Initiative `greetings`: greet writes src/greet.py (its check wants "Hello"),
+    farewell src/farewell.py ("Goodbye"); each check prints what it found."""
+    from tests.engine import Task, initiative_markdown
+    from tests.gitfixtures import intent_json
+
+    checks = {"greet": ("src/greet.py", "Hello"), "farewell": ("src/farewell.py", "Goodbye")}
+    intents = {task: intent_json(task, [path], verification=descriptor(
+        ["-c", f"import sys; text = open({path!r}).read(); print('found ' + repr(text)); "
+               f"sys.exit({word!r} not in text)"]), goal=f"Write {path}") for task, (path, word) in checks.items()}
+    return make_repo(tmp_path / "repo", intents=intents, files={
+        "docs/initiatives/greetings.md": initiative_markdown({task: Task([path]) for task, (path, _) in checks.items()})})
+
+
+def run_argv(cluster: LocalRayCluster, repo: str, lanes: Path, *more: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "lanes_es.cli.main", "--root", repo, "run", "greetings", "--max-parallel", "2",
+            "--lanes-dir", str(lanes), "--executor", "claude-code", "--yes", "--poll", "0.05", "--runner",
+            cluster.runner, *more]
+
+
+def cluster_env(cluster: LocalRayCluster) -> dict[str, str]:
+    return {**os.environ, **cluster.env(), "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}"}
+
+
+def run_on_cluster(cluster: LocalRayCluster, repo: str, lanes: Path, *more: str) -> Any:
+    """`lanes-es run greetings --executor claude-code --runner ray://...`, the real command line, to its end."""
+    import subprocess
+
+    return subprocess.run(run_argv(cluster, repo, lanes, *more), capture_output=True, text=True,
+                          env=cluster_env(cluster), timeout=300)
+
+
+def batch_events(repo: str) -> list[Any]:
+    from lanes_es.bootstrap import bootstrap
+
+    deps = bootstrap(repo, read_only=True)
+    try:
+        initiative = deps.store.initiative("greetings")
+        return deps.store.events(initiative.authorizations[-1].batch_id) if initiative is not None else []
+    finally:
+        deps.store.close()
+
+
+def test_the_initiative_budget_ends_attempts_running_on_nodes(
+        cluster: LocalRayCluster, agent_scenario: Path, tmp_path: Path, store_url: str) -> None:
+    """Both agents report 600 tokens at once, then work on for a minute on their nodes: together they spend the
+    Initiative's 1000, which neither attempt's own limit sees. The autopilot reads what each reported on its
+    node and ends both there (each records the budget as why), long before their minute is up."""
+    import time
+
+    from lanes_es.adapters.processes import process_alive
+    from lanes_es.domain import events as ev
+
+    repo = greetings_repo(tmp_path)
+    long = {"tokens_in": 600, "sleep": 60}
+    agent_scenario.write_text(json.dumps({"record": str(tmp_path / "calls"), "tasks": {
+        "greet": [{"write": {"src/greet.py": "Hello\n"}, **long}],
+        "farewell": [{"write": {"src/farewell.py": "Goodbye\n"}, **long}]}}))
+    began = time.monotonic()
+    done = run_on_cluster(cluster, repo, tmp_path / "lanes", "--initiative-budget-tokens", "1000")
+    assert time.monotonic() - began < 50, done.stdout + done.stderr
+    assert "ending the attempt of" in done.stdout, done.stdout + done.stderr
+    events = batch_events(repo)
+    killed = {event.task_id: event for event in events if isinstance(event, ev.ExecutorRunKilled)}
+    assert set(killed) == {"greet", "farewell"}, events
+    assert all(event.reason == "budget" for event in killed.values()), killed
+    ended = [event for event in events if isinstance(event, ev.RemoteAttemptEnded)]
+    assert len(ended) == 2 and all(event.outcome == "budget" for event in ended), ended
+    for task in ("greet", "farewell"):  # the agents on the nodes are gone too
+        call = json.loads((tmp_path / "calls" / f"{task}.jsonl").read_text().splitlines()[0])
+        assert not process_alive(call["pid"])
+
+
+def test_a_run_killed_while_an_attempt_runs_on_a_node_leaves_it_to_the_next_run_to_cancel(
+        cluster: LocalRayCluster, agent_scenario: Path, tmp_path: Path, store_url: str) -> None:
+    """The attempt's dispatch is in the log as soon as it is sent: the run is killed outright while greet's agent
+    works on its node; the log holds the attempt open. The next run cancels it on its node (the agent is gone),
+    records that, and runs the task again to the end."""
+    import signal
+    import subprocess
+    import time
+
+    from lanes_es.adapters.processes import process_alive
+    from lanes_es.domain import events as ev
+
+    repo = greetings_repo(tmp_path)
+    agent_scenario.write_text(json.dumps({"record": str(tmp_path / "calls"), "tasks": {
+        "greet": [{"sleep": 120}, {"write": {"src/greet.py": "Hello\n"}}],
+        "farewell": [{"write": {"src/farewell.py": "Goodbye\n"}}]}}))
+    lanes = tmp_path / "lanes"
+    first = subprocess.Popen(run_argv(cluster, repo, lanes), env=cluster_env(cluster), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    calls = tmp_path / "calls" / "greet.jsonl"
+    deadline = time.monotonic() + 120
+    while not (calls.exists() and any(isinstance(event, ev.RemoteAttemptDispatched) and event.task_id == "greet"
+                                      and event.kind == "executor" for event in batch_events(repo))):
+        assert time.monotonic() < deadline and first.poll() is None, "greet's attempt was never sent"
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    agent = json.loads(calls.read_text().splitlines()[0])["pid"]
+    assert process_alive(agent)  # the run is gone, its attempt works on on its node
+    sent = next(event for event in batch_events(repo) if isinstance(event, ev.RemoteAttemptDispatched)
+                and event.task_id == "greet")
+
+    done = run_on_cluster(cluster, repo, lanes)
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = batch_events(repo)
+    ended = {event.attempt_id: event.outcome for event in events if isinstance(event, ev.RemoteAttemptEnded)}
+    assert ended[sent.attempt_id] == "cancelled by a later coordinator", ended
+    deadline = time.monotonic() + 30
+    while process_alive(agent):
+        assert time.monotonic() < deadline, "the cancelled attempt's agent still runs on its node"
+        time.sleep(0.1)
+    greet = [event for event in events if isinstance(event, (ev.ExecutorRunKilled, ev.ExecutorRunFinished))
+             and event.task_id == "greet"]
+    assert [type(event).__name__ for event in greet] == ["ExecutorRunKilled", "ExecutorRunFinished"], greet
+    assert all(not isinstance(event, ev.RemoteAttemptDispatched) or event.attempt_id in ended
+               or event.attempt_id in {lost.attempt_id for lost in events if isinstance(lost, ev.RemoteAttemptLost)}
+               for event in events)
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)  # the log's side is the fold, on both in unit tests
