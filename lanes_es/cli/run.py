@@ -113,7 +113,7 @@ def _seconds_up_to(most: float, zero: bool = False) -> Callable[[str], float]:
 
 def _run(args: argparse.Namespace) -> int:
     from lanes_es.errors import ServiceError
-    from lanes_es.steward.run import AutopilotOptions, run_autopilot
+    from lanes_es.steward.run import AutopilotOptions, run_autopilot, runs_on_cluster
     from lanes_es.cli.main import batch_options, deps_of
 
     try:
@@ -123,17 +123,19 @@ def _run(args: argparse.Namespace) -> int:
     if argv and "/" in argv[0]:  # a program named by a path: from here, as a shell would, not from each Lane
         argv[0] = os.path.abspath(argv[0])
     lanes_dir = os.path.abspath(args.lanes_dir)
-    refuse_unusable_run(argv, Path(lanes_dir))
     options = batch_options(args)
+    deps = deps_of(args)
+    refuse_unusable_run(argv, Path(lanes_dir), runs_on_cluster(deps, args.slug, options))
     refuse_unbounded(argv, options.executor_budget)
     options = AutopilotOptions(batch=options, lanes_dir=lanes_dir, executor=argv, yes=args.yes,
                                poll=args.poll, wait=args.wait, json_lines=args.json,
                                attempt_seconds=args.executor_timeout, coordinator=args.coordinator)
-    return run_autopilot(deps_of(args), args.slug, options)
+    return run_autopilot(deps, args.slug, options)
 
 
-def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
-    """What would only fail after the batch is confirmed and Lanes are made is refused before anything is written."""
+def refuse_unusable_run(argv: list[str], lanes_dir: Path, on_nodes: bool = False) -> None:
+    """What would only fail after the batch is confirmed and Lanes are made is refused before anything is written.
+    `on_nodes`: a named agent runs on a Ray cluster's nodes, and its program is theirs, not this machine's."""
     from lanes_es.errors import ServiceError
 
     if not argv:
@@ -141,6 +143,8 @@ def refuse_unusable_run(argv: list[str], lanes_dir: Path) -> None:
     from lanes_es.executors import agent_named
 
     agent = agent_named(argv[0]) if len(argv) == 1 else None
+    if agent is not None and on_nodes:
+        return
     program = agent.program if agent is not None else argv[0]
     if "/" not in program and shutil.which(program) is None:
         if agent is not None:

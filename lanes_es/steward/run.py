@@ -103,7 +103,7 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
             lease.take(options.wait, waiting_for)
         deps = stack.enter_context(confirming(deps, slug, options.coordinator))  # under the lease: one makes it
         executors = executors_for(options.executor, deps.root, lanes / EXECUTOR_LOGS, options.executor_env,
-                                  options.attempt_seconds)
+                                  options.attempt_seconds, runs_on_cluster(deps, slug, options.batch))
         autopilot = Autopilot(deps=deps, slug=slug, max_parallel=max_parallel, steward=Steward(deps.root, lanes),
                               executors=executors, progress=progress, poll=options.poll,
                               feed=BatchFeed(deps.store), lease=lease,
@@ -207,9 +207,21 @@ def refuse_unbounded_budgets(budgets: Any, agent: Any) -> None:
                                                f"instead; a budget already confirmed is cleared with `{clear}`")
 
 
+def runs_on_cluster(deps: Deps, slug: str, options: BatchOptions) -> bool:
+    """Whether the batch this run confirms or goes on with runs on a Ray cluster: the runner given, else the one
+    its Initiative's last confirmation recorded (what the confirmation records again)."""
+    from lanes_es.domain.runner import is_ray
+
+    if options.runner:
+        return is_ray(options.runner)
+    current = current_authorization(deps, slug)
+    return current is not None and is_ray(current.runner)
+
+
 def executors_for(argv: list[str], root: str, logs: Path, extra_env: Mapping[str, str] | None,
-                  attempt_seconds: int) -> Executors:
-    """The Executors of `--executor`: a named agent (its program found on PATH), or the command as given."""
+                  attempt_seconds: int, on_nodes: bool = False) -> Executors:
+    """The Executors of `--executor`: a named agent (its program found on PATH; `on_nodes`, a Ray runner's: on
+    each node's PATH, where it runs, not here), or the command as given."""
     import shutil
 
     from lanes_es.executors import agent_named
@@ -217,6 +229,9 @@ def executors_for(argv: list[str], root: str, logs: Path, extra_env: Mapping[str
     agent = agent_named(argv[0]) if len(argv) == 1 else None
     if agent is None:
         return Executors(list(argv), root, logs, extra_env=extra_env)
+    if on_nodes:
+        return Executors([agent.program], root, logs, extra_env=extra_env, agent=agent,
+                         attempt_seconds=attempt_seconds)
     program = shutil.which(agent.program)
     if program is None:
         raise ServiceError("invalid_executor", f"{agent.program} (for --executor {agent.name}) is not on PATH; "

@@ -266,8 +266,9 @@ def rebuild_holds(engine: Any, store: str) -> bool:
 def test_lanes_es_run_on_the_cluster_runs_the_agents_there_and_integrates_their_deliveries(
         cluster: LocalRayCluster, agent_scenario: Path, tmp_path: Path, store_url: str) -> None:
     """`lanes-es run --runner ray://... --executor claude-code`, the real command line: each attempt runs on a node
-    (in a checkout there, not in the Lane), its delivery is written into the Lane and submitted; greet's first
-    delivery fails its QA on a node, and the rework's prompt quotes the reason the node gave; both integrate."""
+    (in a checkout there, not in the Lane; `claude` is on the nodes' PATH, not the coordinator's), its delivery is
+    written into the Lane and submitted; greet's first delivery fails its QA on a node, and the rework's prompt
+    quotes the reason the node gave; both integrate."""
     from lanes_es.domain import events as ev
     from tests.gitfixtures import git_out
 
@@ -322,7 +323,9 @@ def run_argv(cluster: LocalRayCluster, repo: str, lanes: Path, *more: str) -> li
 
 
 def cluster_env(cluster: LocalRayCluster) -> dict[str, str]:
-    return {**os.environ, **cluster.env(), "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}"}
+    """The coordinator's environment: the cluster's token; the agents are on the nodes' PATH only."""
+    path = os.pathsep.join(entry for entry in os.environ["PATH"].split(os.pathsep) if Path(entry) != FAKES)
+    return {**os.environ, **cluster.env(), "PATH": path}
 
 
 def run_on_cluster(cluster: LocalRayCluster, repo: str, lanes: Path, *more: str) -> Any:
