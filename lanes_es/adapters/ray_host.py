@@ -176,13 +176,19 @@ class NodeHost:
         self._trees: OrderedDict[str, Any] = OrderedDict()
         self._tree_locks: dict[str, threading.Lock] = {}
         self._attempts: OrderedDict[str, _Attempt] = OrderedDict()
+        self._node_id: str | None = None
 
     def describe(self) -> dict[str, str]:
         """Which node this is, and which lanes-es runs here (the coordinator refuses another version)."""
-        from lanes_es.adapters.ray_cluster import ray_module
+        return {"node": self._node(), "version": lanes_es_version(), "pid": str(os.getpid())}
 
-        return {"node": ray_module().get_runtime_context().get_node_id(), "version": lanes_es_version(),
-                "pid": str(os.getpid())}
+    def _node(self) -> str:
+        """This node's id, asked of Ray once (each check's answer names it)."""
+        if self._node_id is None:
+            from lanes_es.adapters.ray_cluster import ray_module
+
+            self._node_id = ray_module().get_runtime_context().get_node_id()
+        return self._node_id
 
     def run_check(self, attempt_id: str, batch_id: str, tree_ref: list[Any], task_id: str,
                   intent: dict[str, Any], qa: bool = False) -> bytes:
@@ -194,7 +200,7 @@ class NodeHost:
             while len(self._attempts) > RESULTS_KEPT:
                 self._attempts.popitem(last=False)
         started = time.monotonic()
-        node = self.describe()["node"]
+        node = self._node()
         try:
             tree = self._tree(tree_ref)
         except Exception as error:  # this node's object store failed it (a node going away): lost, not failed
@@ -227,7 +233,7 @@ class NodeHost:
         attempt = _Attempt(batch_id, AttemptWatch())
         with self._lock:
             self._attempts[attempt_id] = attempt
-        node = self.describe()["node"]
+        node = self._node()
         try:
             result, delivery, output = run_attempt_here(self._tree(tree_ref),
                                                         msgspec.msgpack.decode(request, type=AttemptRequest),
