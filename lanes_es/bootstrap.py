@@ -95,7 +95,8 @@ class RealAdapters:
         from lanes_es.adapters.check_runner import LocalCheckRunner
         from lanes_es.adapters.final_verification import ProcessVerifier
         from lanes_es.adapters.kernel import ReferenceKernel
-        from lanes_es.adapters.lane_git import GitLanes
+        from lanes_es.adapters.candidate_git import GitCandidates
+        from lanes_es.adapters.lane_git import GitLaneInspector
         from lanes_es.adapters.leak_restore import GitLeakRestorer
         from lanes_es.adapters.runtime_contracts import ManifestRuntimeContracts
         from lanes_es.adapters.plan_observer import CoordinatorPlan
@@ -105,7 +106,8 @@ class RealAdapters:
         kernel = ReferenceKernel(clock=self.clock)
         batch_git = GitBatch()
         command = os.environ.get("LANES_ES_TRACKER_COMMAND")
-        return TickPorts(kernel=kernel, batch_git=batch_git, lane_git=GitLanes(), verifier=ProcessVerifier(),
+        return TickPorts(kernel=kernel, batch_git=batch_git, lanes=GitLaneInspector(), candidates=GitCandidates(),
+                         verifier=ProcessVerifier(),
                          check_runner=LocalCheckRunner(),
                          tracker=CommandTracker(command) if command else None, leaks=GitLeakRestorer(),
                          runtime_contracts=ManifestRuntimeContracts(),

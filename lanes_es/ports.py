@@ -289,7 +289,9 @@ class BatchGit(Protocol):
         """docs/upstream.md#taskintent-v1 readTaskIntent: tracked, regular, no symlink, <= 64 KiB, parsed. Raises PortError."""
 
 
-class LaneGit(Protocol):
+class LaneInspector(Protocol):
+    """What the tick reads in git of the coordinator and its Lanes (adapters/lane_git.py)."""
+
     def coordinator_view(self, root: str) -> CoordinatorView:
         """Branch, HEAD and porcelain entries of the coordinator in one read."""
 
@@ -302,6 +304,18 @@ class LaneGit(Protocol):
     def classify_lineage(self, root: str, branch: str, expected_head: str, commits: list[str],
                          batch_id: str, view: CoordinatorView | None = None) -> Lineage:
         """docs/upstream.md#the-batch-lineage; `view` saves the branch and HEAD read when the caller has one."""
+
+    def find_integrated(self, root: str, task_id: str, batch_id: str, from_head: str, lane_base: str,
+                        lane_commit: str) -> str | None:
+        """docs/upstream.md#the-guarded-integration findIntegratedCandidate."""
+
+    def audit_reachable(self, root: str, head: str, task_id: str) -> bool:
+        """docs/upstream.md#lane-inspection-and-admission: a complete audit pair for the task in `head`'s tree."""
+
+
+class CandidateBuilder(Protocol):
+    """What the tick asks of git to integrate settled Lanes: candidates built, their checks planned (the verifier
+    runs them), the batch branch fast-forwarded (adapters/candidate_git.py)."""
 
     def build_candidate(self, request: IntegrationRequest) -> CandidateBuild:
         """The candidate `request.batch_head` + the lane commit, the branch untouched; IntegrationError as integrate."""
@@ -331,13 +345,6 @@ class LaneGit(Protocol):
         receives each task's rerun on the candidate (findings and output digests) for the log. `verify`, when
         given, runs the rerun (CandidateChecks -> CandidateVerdict: the tick's, with its workers and reuse);
         without it the checks run one after another here."""
-
-    def find_integrated(self, root: str, task_id: str, batch_id: str, from_head: str, lane_base: str,
-                        lane_commit: str) -> str | None:
-        """docs/upstream.md#the-guarded-integration findIntegratedCandidate."""
-
-    def audit_reachable(self, root: str, head: str, task_id: str) -> bool:
-        """docs/upstream.md#lane-inspection-and-admission: a complete audit pair for the task in `head`'s tree."""
 
 
 class Kernel(Protocol):

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from lanes_es.domain import events as ev
-from lanes_es.ports import BatchGit, CheckRunner, IntegrationHistory, Kernel, LaneGit, Tracker, Verifier
+from lanes_es.ports import (BatchGit, CandidateBuilder, CheckRunner, IntegrationHistory, Kernel, LaneInspector, Tracker,
+                            Verifier)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class Revisions(Protocol):
 class TickPorts:
     kernel: Kernel
     batch_git: BatchGit
-    lane_git: LaneGit
+    lanes: LaneInspector  # what the tick reads of the coordinator and its Lanes in git
+    candidates: CandidateBuilder  # the candidates it builds and lands
     verifier: Verifier
     check_runner: CheckRunner | None = None  # where candidates' checks run (None: this machine's processes)
     history: IntegrationHistory | None = None  # the Initiative's earlier batches (the adaptive mode reads them)

@@ -108,9 +108,9 @@ def measure(count: int, repeat: int, workdir: Path) -> dict[str, Any]:
         seconds.append(time.perf_counter() - started)
         spawns.append(STATS.spawns)
         assert report["batch_state"] == "running", report["reason"]
-    from lanes_es.adapters.lane_git import GitLanes
+    from lanes_es.adapters.lane_git import GitLaneInspector
 
-    lanes = GitLanes()
+    lanes = GitLaneInspector()
     lanes.inspect_lane(str(repo), offers[0].path)  # warms the coordinator's cached common dir
     STATS.reset()
     lanes.inspect_lane(str(repo), offers[0].path)

@@ -348,7 +348,7 @@ TRACED = (("lanes_es.steward.lanes", "Steward.provision", "provision a Lane"),
           ("lanes_es.tick.qa", "advance_children", "QA of the Lanes"),
           ("lanes_es.tick.commit", "commit_settled", "lane commits"),
           ("lanes_es.tick.integrate", "integrate_committed", "integration"),
-          ("lanes_es.adapters.lane_git", "GitLanes.build_chain", "build a chain of candidates"),
+          ("lanes_es.adapters.candidate_git", "GitCandidates.build_chain", "build a chain of candidates"),
           ("lanes_es.adapters.qa", "run_command", "a check"))
 
 

@@ -1,7 +1,7 @@
 """`LocalCheckRunner`: the CheckRunner port on this machine, and the tree a check runs on.
 
 Where a candidate's checks run is a port of its own (lanes_es/ports.py `CheckRunner`), apart from the
-git work that builds the candidate (`lane_git.GitLanes`): what a check needs travels as values, the
+git work that builds the candidate (`candidate_git.GitCandidates`): what a check needs travels as values, the
 candidate's tree (`CheckTree`: its entries and their bytes, read from git once by the builder) and
 the task's intent, and what comes back is the check's result (`CheckRun`). This runner writes the tree
 into a fresh temporary directory for each check (a check may write into its tree: no two checks share
@@ -136,7 +136,7 @@ class LocalCheckRunner:
 
 
 def run_in_turn(planned: CandidateChecks, runner: Any = None) -> CandidateVerdict:
-    """A candidate's checks one after another, here (what `GitLanes.integrate` does when the tick gives it no
+    """A candidate's checks one after another, here (what `GitCandidates.integrate` does when the tick gives it no
     verifier of its own)."""
     runner = runner or LocalCheckRunner()
     return CandidateVerdict.of(planned.commit, [

@@ -15,7 +15,7 @@ from lanes_es.tick.context import TickContext
 def admit_offers(ctx: TickContext) -> None:
     if not ctx.tick.lane_offers:
         return
-    coordinator = ctx.ports.lane_git.resolve_root(ctx.tick.root)
+    coordinator = ctx.ports.lanes.resolve_root(ctx.tick.root)
     for offer in ctx.tick.lane_offers:
         child = next((c for c in ctx.record["children"] if c["task_id"] == offer.task_id), None)
         if child is None or child["state"] != "pending" or offer.task_id not in ctx.startable():
@@ -23,7 +23,7 @@ def admit_offers(ctx: TickContext) -> None:
                                                reason="batch_lane_unknown_child"))
             continue
         head = expected_batch_head(ctx.record)
-        facts = ctx.ports.lane_git.inspect_lane(ctx.tick.root, offer.path)
+        facts = ctx.ports.lanes.inspect_lane(ctx.tick.root, offer.path)
         if facts.exists and facts.same_repository and facts.real_path:
             facts = _with_claim(facts, ctx.ports.kernel.active_claim_task_id(facts.real_path))
         bound = [c["lane"]["path"] for c in ctx.record["children"] if c["lane"] and c["state"] != "released"]

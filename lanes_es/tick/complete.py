@@ -88,7 +88,7 @@ def release_handoffs(ctx: TickContext) -> list[ev.Handoff]:
     integrated = ctx.live.children_in("integrated")
     if not integrated:
         return []
-    lineage = ctx.lineage or ctx.ports.lane_git.classify_lineage(
+    lineage = ctx.lineage or ctx.ports.lanes.classify_lineage(
         ctx.tick.root, ctx.record["branch"], expected_batch_head(ctx.record), list(ctx.record["commits"]),
         ctx.record["batch_id"])
     if lineage.kind == "broken":
@@ -96,12 +96,12 @@ def release_handoffs(ctx: TickContext) -> list[ev.Handoff]:
     handoffs: list[ev.Handoff] = []
     for child in integrated:
         lane = child["lane"]
-        facts = ctx.ports.lane_git.inspect_lane(ctx.tick.root, lane["path"])
+        facts = ctx.ports.lanes.inspect_lane(ctx.tick.root, lane["path"])
         if (not facts.exists or not facts.same_repository or not facts.is_worktree_root or not facts.clean
                 or facts.branch != lane["branch"]
                 or ctx.ports.kernel.active_claim_task_id(facts.real_path or lane["path"]) is not None):
             continue
-        if not ctx.ports.lane_git.audit_reachable(ctx.tick.root, lineage.head, child["task_id"]):
+        if not ctx.ports.lanes.audit_reachable(ctx.tick.root, lineage.head, child["task_id"]):
             continue
         handoffs.append(ev.ReleaseHandoff(task_id=child["task_id"], lane_branch=lane["branch"]))
     return handoffs

@@ -100,7 +100,7 @@ def stop_if_world_moved(runner: Any) -> Any:
     record = runner.record
     if record["batch_state"] == "needs_human" and runner.tick.confirmation_time <= record["confirmation_time"]:
         return None  # parked, and no confirmation since: nothing can move; the park's own report says so
-    view = runner.view = runner.ports.lane_git.coordinator_view(runner.tick.root)
+    view = runner.view = runner.ports.lanes.coordinator_view(runner.tick.root)
     refusal = working_tree_refusal(runner.ports, runner.tick.root, runner.tick.initiative_slug, record, view)
     if refusal is not None:
         return runner.refuse(refusal.code, refusal.text)
@@ -136,7 +136,7 @@ def refuse_if_plan_moved_before_start(runner: Any) -> Any:
 
 def refuse_unknown_leaks(runner: Any) -> Any:
     """Before `completed`: the checkout is read once more; a path of unknown origin refuses the tick."""
-    view = runner.view = runner.ports.lane_git.coordinator_view(runner.tick.root)
+    view = runner.view = runner.ports.lanes.coordinator_view(runner.tick.root)
     refusal = working_tree_refusal(runner.ports, runner.tick.root, runner.tick.initiative_slug, runner.record, view)
     if refusal is None:
         return None

@@ -34,7 +34,7 @@ def integrate_serially(ctx: TickContext, children: list[dict[str, Any]]) -> None
             return verification.verify_now(ctx, planned, lanes)  # concurrently, bounded by verify_workers
 
         try:
-            commit = ctx.ports.lane_git.integrate(integration_request(ctx, child), checks, verify=verify)
+            commit = ctx.ports.candidates.integrate(integration_request(ctx, child), checks, verify=verify)
         except PortError as error:
             park_failed_integration(ctx, task_id, error)
             continue
@@ -84,7 +84,7 @@ def park_failed_integration(ctx: TickContext, task_id: str, error: PortError) ->
     candidate = error.candidate if isinstance(error, IntegrationError) else None
     ref = None
     if candidate:
-        ref = ctx.ports.lane_git.keep_candidate(ctx.tick.root, failed_candidate_ref(ctx.record["batch_id"], task_id),
+        ref = ctx.ports.candidates.keep_candidate(ctx.tick.root, failed_candidate_ref(ctx.record["batch_id"], task_id),
                                                 candidate)
     failed = [check_verdict(check) for check in error.checks if check.findings and not check.cancelled] \
         if isinstance(error, IntegrationError) else []

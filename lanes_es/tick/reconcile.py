@@ -26,7 +26,7 @@ LEAK_RESTORE_FAILED = "leak_restore_failed"  # lanes-es's own: upstream throws t
 
 def restore_leaks(ctx: TickContext) -> None:
     """Step 7: Lane writes leaked into the coordinator checkout, restored only when every path is provably a Lane's."""
-    view = ctx.view = ctx.view or ctx.ports.lane_git.coordinator_view(ctx.tick.root)
+    view = ctx.view = ctx.view or ctx.ports.lanes.coordinator_view(ctx.tick.root)
     if ctx.ports.leaks is None or not view.entries:
         return
     try:
@@ -53,7 +53,7 @@ def adopt_missed_integrations(ctx: TickContext) -> None:
     """Step 9: an integration a previous tick completed but did not record is found on the branch and adopted."""
     for child in ctx.live.children_in("lane_committed"):
         lane = child["lane"]
-        found = ctx.ports.lane_git.find_integrated(
+        found = ctx.ports.lanes.find_integrated(
             ctx.tick.root, child["task_id"], ctx.record["batch_id"], expected_batch_head(ctx.record),
             lane["base_head"], lane["lane_commit"])
         if found:
@@ -65,7 +65,7 @@ def adopt_missed_integrations(ctx: TickContext) -> None:
 def record_releases(ctx: TickContext) -> None:
     """Step 10: an integrated Lane whose worktree is gone is released."""
     for child in ctx.live.children_in("integrated"):
-        if not ctx.ports.lane_git.inspect_lane(ctx.tick.root, child["lane"]["path"]).exists:
+        if not ctx.ports.lanes.inspect_lane(ctx.tick.root, child["lane"]["path"]).exists:
             ctx.live.release(ctx.now, child["task_id"])
             ctx.persist()
 
@@ -78,7 +78,7 @@ def check_lineage(ctx: TickContext) -> None:
     goes on under the same authorization, and later Lanes start from the adopted head."""
     record = ctx.record
     expected = expected_batch_head(record)
-    lineage = ctx.ports.lane_git.classify_lineage(
+    lineage = ctx.ports.lanes.classify_lineage(
         ctx.tick.root, record["branch"], expected, list(record["commits"]), record["batch_id"], ctx.view)
     if lineage.kind == "broken":
         raise TickFinished(ctx.fail_lineage(lineage.message))

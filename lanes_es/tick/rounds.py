@@ -252,7 +252,7 @@ def start(state: Round, pool: CheckPool, candidate: Candidate) -> None:
     ctx = state.ctx
     state.verifications += 1
     try:
-        planned = ctx.ports.lane_git.candidate_checks(_request(state, candidate, _parent_of(state, candidate)),
+        planned = ctx.ports.candidates.candidate_checks(_request(state, candidate, _parent_of(state, candidate)),
                                                       state.builds[candidate],  # type: ignore[arg-type]
                                                       ctx.live.flake_reruns)
     except PortError as error:
@@ -309,7 +309,7 @@ def build_stacked(state: Round, chain: list[Candidate]) -> list[Candidate]:
         return []  # its parent did not apply: the next schedule rebuilds it elsewhere
     lanes = [(state.children[c[-1]]["lane"]["base_head"], state.children[c[-1]]["lane"]["lane_commit"]) for c in chain]
     built: list[Candidate] = []
-    for candidate, result in zip(chain, ctx.ports.lane_git.build_chain(ctx.tick.root, parent, lanes)):
+    for candidate, result in zip(chain, ctx.ports.candidates.build_chain(ctx.tick.root, parent, lanes)):
         on = parent if candidate == chain[0] else _commit_of(state, candidate[:-1]) or parent
         lane = candidate[-1]
         reparented_from = state.parents.get(lane) if state.parents.get(lane) not in (None, on) else None
@@ -368,7 +368,7 @@ def land_decided(state: Round, decided: list[tuple[str, bool, Candidate]]) -> No
     passing = [candidate for _, passed, candidate in fresh if passed]
     if passing:
         try:
-            ctx.ports.lane_git.land_candidate(ctx.tick.root, ctx.record["branch"], expected_batch_head(ctx.record),
+            ctx.ports.candidates.land_candidate(ctx.tick.root, ctx.record["branch"], expected_batch_head(ctx.record),
                                               _commit_of(state, passing[-1]) or "")
         except PortError:
             land_one_by_one(state, fresh)  # the same checks again, one Lane at a time, to park the right one
@@ -387,7 +387,7 @@ def land_one_by_one(state: Round, decided: list[tuple[str, bool, Candidate]]) ->
             integrate.park_failed_integration(ctx, lane, _failure_of(state, candidate))
             continue
         try:
-            landed = ctx.ports.lane_git.land_candidate(ctx.tick.root, ctx.record["branch"],
+            landed = ctx.ports.candidates.land_candidate(ctx.tick.root, ctx.record["branch"],
                                                        expected_batch_head(ctx.record), _commit_of(state, candidate) or "")
         except PortError as error:
             integrate.park_failed_integration(ctx, lane, error)

@@ -136,7 +136,7 @@ def recover_parked(ctx: TickContext, child: dict[str, Any]) -> str:
     lane = child["lane"]
     if not lane or not lane.get("run_id"):
         return "parked Lane has no recorded run identity; inspect it without re-enrolling"
-    facts = ctx.ports.lane_git.inspect_lane(ctx.tick.root, lane["path"])
+    facts = ctx.ports.lanes.inspect_lane(ctx.tick.root, lane["path"])
     fresh = ctx.ports.kernel.project_task(lane["path"], child["task_id"])
     if (not facts.exists or not facts.same_repository or not facts.is_worktree_root
             or facts.branch != lane["branch"] or fresh.error is not None or fresh.run_id != lane["run_id"]

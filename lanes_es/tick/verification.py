@@ -3,7 +3,7 @@ closest to landing first, a passing verdict on the very same inputs instead of a
 and cancellation.
 
 A check runs through the CheckRunner port (where the commands run) on the candidate's tree as the
-LaneGit port planned it (`CandidateChecks`). What is decided here, in the coordinator's one thread
+CandidateBuilder port planned it (`CandidateChecks`). What is decided here, in the coordinator's one thread
 that writes the log:
 
 - reuse: a task's check (the same acceptance) that already passed in this batch on a tree with the

@@ -444,17 +444,18 @@ def test_read_intent_refuses_oversize_unparsable_invalid_and_foreign_intents(tmp
 
 def test_a_lane_commit_passes_the_guarded_integration(lane_repo, git_batch):
     """End to end: the lane commit made here is what the guard integrates (LANE-LCM-01 shape)."""
-    from lanes_es.adapters.lane_git import GitLanes
+    from lanes_es.adapters.candidate_git import GitCandidates
+    from lanes_es.adapters.lane_git import GitLaneInspector
     from lanes_es.ports import IntegrationChild, IntegrationRequest
 
     root, lane, base = lane_repo
     _settle(lane)
     commit = git_batch.commit_child(lane, "task-a", BATCH, base, LANE_BRANCH, _evidence())
-    landed = GitLanes().integrate(IntegrationRequest(
+    landed = GitCandidates().integrate(IntegrationRequest(
         root=root, branch=f"imm/{SLUG}", batch_head=base, lane_base=base, lane_commit=commit,
         child=IntegrationChild(task_id="task-a", intent_path="docs/plans/task-a.intent.json"), siblings=[]))
     assert landed == commit == rev(root, f"imm/{SLUG}") == rev(root, LANE_BRANCH)
-    assert GitLanes().audit_reachable(root, landed, "task-a")
+    assert GitLaneInspector().audit_reachable(root, landed, "task-a")
 
 
 def test_read_intent_lists_again_when_an_intent_was_tracked_since(intent_repo, git_batch):

@@ -1,4 +1,4 @@
-"""A round's chain of stacked candidates on real git (GitLanes.build_chain, candidate_checks, the local runner).
+"""A round's chain of stacked candidates on real git (GitCandidates.build_chain, candidate_checks, the local runner).
 
 The chain must build the very commits serial builds (same tree, parent, author, message:
 with one committer date, the same ids), fail where serial fails with serial's message, and
@@ -17,7 +17,7 @@ import pytest
 
 from lanes_es.adapters.check_runner import LocalCheckRunner, run_in_turn
 from lanes_es.adapters.git import STATS
-from lanes_es.adapters.lane_git import CandidateTree, GitLanes
+from lanes_es.adapters.candidate_git import CandidateTree, GitCandidates
 from lanes_es.ports import CandidateBuild, IntegrationChild, IntegrationError, IntegrationRequest
 from tests.gitfixtures import (
     add_lane,
@@ -42,7 +42,7 @@ BATCH = "batch-001"
 def one_committer_date(monkeypatch):
     """Candidates made at different seconds differ only by their committer date; fix it to compare ids."""
     monkeypatch.setenv("GIT_COMMITTER_DATE", "1700000000 +0000")
-    monkeypatch.setattr(GitLanes, "_merge_tree_has_merge_base", False)  # asked once per process otherwise
+    monkeypatch.setattr(GitCandidates, "_merge_tree_has_merge_base", False)  # asked once per process otherwise
 
 
 def lane_with(root: str, tmp_path: Path, task_id: str, files: dict[str, str], message: str | None = None,
@@ -61,7 +61,7 @@ def serial_candidates(root: str, parent: str, lanes: list[tuple[str, str]]) -> l
     for base, lane in lanes:
         request = IntegrationRequest(root=root, branch=f"imm/{SLUG}", batch_head=on, lane_base=base, lane_commit=lane,
                                      child=IntegrationChild(task_id="t", intent_path=None), siblings=[])
-        on, _ = GitLanes()._candidate_on(request, [base])
+        on, _ = GitCandidates()._candidate_on(request, [base])
         built.append(on)
     return built
 
@@ -80,7 +80,7 @@ def test_a_chain_builds_the_commits_serial_builds_in_few_spawns(tmp_path, repo):
              lane_with(repo, tmp_path, "c", {"c.txt": "c\n"})]
     assert all(lane_base == base for lane_base, _ in lanes)
     expected = serial_candidates(repo, base, lanes)
-    chain = GitLanes()
+    chain = GitCandidates()
     STATS.reset()
     built = chain.build_chain(repo, base, lanes)
     # log (all lane commits) + merge-tree and commit-tree for b and c (a's candidate is its lane commit)
@@ -101,7 +101,7 @@ def test_a_chain_on_a_moved_head_asks_git_for_the_ancestry_and_still_matches_ser
     moved = commit_file(repo, "user.txt", "user\n")  # the batch head is no longer the lanes' base
     expected = serial_candidates(repo, moved, lanes)
     STATS.reset()
-    built = GitLanes().build_chain(repo, moved, lanes)
+    built = GitCandidates().build_chain(repo, moved, lanes)
     assert [build.commit for build in built] == expected
     assert built[0].landed_since_base == [moved] and built[1].landed_since_base == sorted([moved, expected[0]])
     assert STATS.spawns == 1 + 3 * 2 + 3  # rev-list, merge-tree, commit-tree per candidate
@@ -111,7 +111,7 @@ def test_a_lane_that_does_not_apply_ends_the_chain_with_serials_message(tmp_path
     base = head(repo)
     lanes = [lane_with(repo, tmp_path, "a", {"same.txt": "a\n"}), lane_with(repo, tmp_path, "b", {"same.txt": "b\n"}),
              lane_with(repo, tmp_path, "c", {"c.txt": "c\n"})]
-    built = GitLanes().build_chain(repo, base, lanes)
+    built = GitCandidates().build_chain(repo, base, lanes)
     assert len(built) == 2 and isinstance(built[0], CandidateBuild) and isinstance(built[1], IntegrationError)
     with pytest.raises(IntegrationError) as serial:
         serial_candidates(repo, base, lanes[:2])
@@ -122,7 +122,7 @@ def test_a_lane_that_does_not_apply_ends_the_chain_with_serials_message(tmp_path
 def test_a_lane_commit_git_cannot_read_fails_its_link_as_serial_does(tmp_path, repo):
     base = head(repo)
     good = lane_with(repo, tmp_path, "a", {"a.txt": "a\n"})
-    built = GitLanes().build_chain(repo, base, [good, (base, "0" * 40)])
+    built = GitCandidates().build_chain(repo, base, [good, (base, "0" * 40)])
     assert isinstance(built[0], CandidateBuild)
     assert isinstance(built[1], IntegrationError) and f"failed to read parents of {'0' * 40}" in str(built[1])
 
@@ -138,7 +138,7 @@ def test_checks_on_one_candidate_each_get_their_own_tree(tmp_path, repo):
     base = commit_all(repo, "intents", batch_identity=False)
     first = lane_with(repo, tmp_path, "w", {"w.txt": "w\n"})
     second = lane_with(repo, tmp_path, "r", {"r.txt": "r\n"})
-    chain = GitLanes()
+    chain = GitCandidates()
     built = chain.build_chain(repo, base, [first, second])
     request = IntegrationRequest(
         root=repo, branch=f"imm/{SLUG}", batch_head=built[0].commit, lane_base=second[0], lane_commit=second[1],

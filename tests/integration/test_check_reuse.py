@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes_es.adapters.lane_git import CandidateTree
+from lanes_es.adapters.candidate_git import CandidateTree
 from lanes_es.adapters.qa import materialized_tree
 from lanes_es.domain import events as ev
 from lanes_es.domain.check_inputs import acceptance_digest, blob_id, tree_identity

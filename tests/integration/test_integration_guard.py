@@ -12,7 +12,8 @@ import pytest
 
 from lanes_es.adapters import qa
 from lanes_es.adapters.git import STATS
-from lanes_es.adapters.lane_git import GitLanes, change_identities
+from lanes_es.adapters.candidate_git import GitCandidates
+from lanes_es.adapters.lane_git import change_identities
 from lanes_es.ports import IntegrationChild, IntegrationError, IntegrationRequest
 from tests.gitfixtures import (
     add_lane,
@@ -59,7 +60,7 @@ def repo(tmp_path):
 
 @pytest.fixture
 def lanes():
-    return GitLanes()
+    return GitCandidates()
 
 
 def _deliver(repo: str, tmp_path, task: str, files: dict[str, str]) -> tuple[str, str, str]:
@@ -86,7 +87,7 @@ def _snapshot(repo: str) -> tuple[str, str, str, bytes, bool]:
         return head(repo), all_refs(repo), porcelain(repo), index.read(), os.path.exists(os.path.join(repo, ".imm"))
 
 
-def _refused(lanes: GitLanes, request: IntegrationRequest) -> IntegrationError:
+def _refused(lanes: GitCandidates, request: IntegrationRequest) -> IntegrationError:
     before = _snapshot(request.root)
     with pytest.raises(IntegrationError) as raised:
         lanes.integrate(request)

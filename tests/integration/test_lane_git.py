@@ -1,4 +1,4 @@
-"""GitLanes on real repositories and worktrees: coordinator view, Lane facts, lineage, audit pair,
+"""GitLaneInspector on real repositories and worktrees: coordinator view, Lane facts, lineage, audit pair,
 crash recovery (docs/upstream.md#lane-inspection-and-admission, #the-batch-lineage, #the-guarded-integration findIntegratedCandidate; LANE-ADM-03, LANE-REL-09, docs/upstream.md#the-batch-lineage)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from lanes_es.adapters.git import STATS
-from lanes_es.adapters.lane_git import GitLanes, parse_status_v2
+from lanes_es.adapters.lane_git import GitLaneInspector, parse_status_v2
 from tests.gitfixtures import (
     add_lane,
     batch_message,
@@ -35,7 +35,7 @@ def repo(tmp_path):
 
 @pytest.fixture
 def lanes():
-    return GitLanes()
+    return GitLaneInspector()
 
 
 # ---------------------------------------------------------------- coordinator view

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from lanes_es.adapters.lane_git import CandidateTree
+from lanes_es.adapters.candidate_git import CandidateTree
 from lanes_es.adapters.ray_host import run_check_here
 from tests.gitfixtures import commit_file, descriptor, make_repo, write_file
 from tests.integration.ray_cluster import LocalRayCluster, local_ray_cluster

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lanes_es.adapters.lane_git import GitLanes
+from lanes_es.adapters.lane_git import GitLaneInspector
 from lanes_es.errors import ServiceError
 from tests.engine import Task
 from tests.engine_more import enroll, make_engine, state_bytes
@@ -82,7 +82,7 @@ def test_lineage_broken_when_the_batch_head_is_unreadable(tmp_path):
     root = make_repo(tmp_path / "repo")
     base = git_out(root, "rev-parse", "HEAD")
     run_git(root, "checkout", "-q", "--orphan", "imm/initiative-slug")
-    lineage = GitLanes().classify_lineage(root, "imm/initiative-slug", base, [], "batch-x")
+    lineage = GitLaneInspector().classify_lineage(root, "imm/initiative-slug", base, [], "batch-x")
     assert lineage.kind == "broken"
     assert lineage.message == "batch_head_lineage_broken: current HEAD is unreadable"
 

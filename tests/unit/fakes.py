@@ -239,7 +239,7 @@ class Harness:
                              final_verification=self.final_verification)
 
     def ports(self) -> TickPorts:
-        return TickPorts(kernel=self.kernel, batch_git=self.batch_git, lane_git=self.lane_git,
+        return TickPorts(kernel=self.kernel, batch_git=self.batch_git, lanes=self.lane_git, candidates=self.lane_git,
                          verifier=self.verifier, tracker=self.tracker)
 
     def tick(self, offers: list[tuple[str, str]] = (), max_parallel: int | None = None, **inputs: Any) -> dict[str, Any]:

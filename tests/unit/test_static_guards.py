@@ -30,7 +30,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 # The lane driver and the integrator: upstream's batch_lanes.ts and batch_integration.ts.
 LANE_MODULES = [*sorted(str(path.relative_to(PROJECT)) for folder in ("tick", "usecases")
                         for path in (PROJECT / "lanes_es" / folder).glob("*.py")),
-                "lanes_es/adapters/lane_git.py", "lanes_es/adapters/check_runner.py"]
+                "lanes_es/adapters/lane_git.py", "lanes_es/adapters/candidate_git.py", "lanes_es/adapters/check_runner.py"]
 # The entry points that stand where upstream's Host adapters stand.
 ENTRY_POINTS = ["lanes_es/cli/main.py", "lanes_es/mcp_server.py", "lanes_es/cli/run.py"]
 # The entry points' packages: they drive the steward and the use cases, as a Host does.
@@ -137,8 +137,10 @@ def test_the_reader_sees_the_stewards_worktree_calls():
 
 def test_the_lane_modules_call_the_git_runner():
     """Were the runner renamed, the guards below would pass vacuously; they must see the calls."""
-    assert len(git_calls("lanes_es/adapters/lane_git.py")) >= 10
-    assert {call.subcommand for call in git_calls("lanes_es/adapters/lane_git.py")} >= {"merge", "merge-tree", "commit-tree"}
+    assert len(git_calls("lanes_es/adapters/lane_git.py")) >= 4
+    assert len(git_calls("lanes_es/adapters/candidate_git.py")) >= 8
+    assert {call.subcommand for call in git_calls("lanes_es/adapters/candidate_git.py")} >= {"merge", "merge-tree",
+                                                                                              "commit-tree"}
 
 
 # ---------------------------------------------------------------- LANE-STAT-01
@@ -200,6 +202,7 @@ def test_stat02_the_lane_modules_never_delete_a_branch_or_a_worktree(module):
 
 
 @pytest.mark.parametrize("module, temporaries", [("lanes_es/adapters/lane_git.py", 0),
+                                                  ("lanes_es/adapters/candidate_git.py", 0),
                                                   ("lanes_es/adapters/check_runner.py", 1)])
 def test_stat02_the_integrators_only_removal_is_its_own_temporary_directory(module, temporaries):
     """The candidate's descriptor rerun (the check runner) materializes a tree in a TemporaryDirectory; nothing
