@@ -653,9 +653,11 @@ class RemoteAttemptDispatched(Event, frozen=True, kw_only=True):
 
 
 class RemoteAttemptEnded(Event, frozen=True, kw_only=True):
-    """Audit only: an attempt's result reached the coordinator (`outcome`: passed, failed, finished, ...), or
-    a coordinator that started after it collected or cancelled it (`collected`, `cancelled`); only the
-    result of an attempt the current tick is waiting for counts."""
+    """Audit only: an attempt's result reached the coordinator (`outcome`: a check's passed, failed, cancelled or
+    could not run; an Executor attempt's finished, or why it was ended: budget, timeout, stopped, ...), or a
+    coordinator that started after it collected or cancelled it (`collected by a later coordinator`,
+    `cancelled by a later coordinator`); only the result of an attempt the current tick or run waits for
+    counts."""
 
     attempt_id: str
     node: str
