@@ -96,6 +96,10 @@ def connect(runner: str) -> Any:
 
 
 CLIENT_SERVER_STARTS = 3  # the head starts a client server per connection; on a loaded head that may time out
+# What Ray's proxy on the head says when the client server it starts for a connection did not come up in time
+# (Ray 2.5x: "Starting Ray client server failed", "Proxy failed to Connect to backend!"): a busy head, not a
+# refusal of this coordinator.
+BUSY_HEAD = ("client server failed", "Proxy failed to Connect to backend")
 
 
 def _init(ray: Any, runner: str) -> None:
@@ -107,7 +111,7 @@ def _init(ray: Any, runner: str) -> None:
         except (ConnectionError, RuntimeError) as error:
             # Ray's proxy gave up waiting for the client server it starts for this connection: a busy head, not
             # a refusal; connect again (anything else, such as a wrong token, is said at once)
-            if "client server failed" not in str(error) or attempt == CLIENT_SERVER_STARTS - 1:
+            if not any(said in str(error) for said in BUSY_HEAD) or attempt == CLIENT_SERVER_STARTS - 1:
                 raise
             if ray.is_initialized():
                 ray.shutdown()

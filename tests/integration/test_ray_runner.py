@@ -394,13 +394,16 @@ def test_a_run_killed_while_an_attempt_runs_on_a_node_leaves_it_to_the_next_run_
         "greet": [{"sleep": 120}, {"write": {"src/greet.py": "Hello\n"}}],
         "farewell": [{"write": {"src/farewell.py": "Goodbye\n"}}]}}))
     lanes = tmp_path / "lanes"
-    first = subprocess.Popen(run_argv(cluster, repo, lanes), env=cluster_env(cluster), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    said = tmp_path / "first-run.txt"
+    with said.open("wb") as sink:
+        first = subprocess.Popen(run_argv(cluster, repo, lanes), env=cluster_env(cluster), stdout=sink,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
     calls = tmp_path / "calls" / "greet.jsonl"
     deadline = time.monotonic() + 120
     while not (calls.exists() and any(isinstance(event, ev.RemoteAttemptDispatched) and event.task_id == "greet"
                                       and event.kind == "executor" for event in batch_events(repo))):
-        assert time.monotonic() < deadline and first.poll() is None, "greet's attempt was never sent"
+        assert time.monotonic() < deadline and first.poll() is None, \
+            f"greet's attempt was never sent (the run: exit {first.poll()}): {said.read_text()[-3000:]}"
         time.sleep(0.2)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()

@@ -148,3 +148,39 @@ def test_an_earlier_coordinators_attempts_are_collected_cancelled_or_lost() -> N
     assert [(note.kind, note.attempt_id, note.detail.split()[0]) for note in checks.drain()] == [
         ("ended", "done", "collected"), ("ended", "busy", "cancelled"), ("lost", "gone", "its")]
     assert checks.drain() == []
+
+
+class _FlakyRay:
+    """What `ray.init` does on a busy head: the proxy's refusals first, then a connection."""
+
+    def __init__(self, refusals: list[str]) -> None:
+        self.refusals, self.calls = list(refusals), 0
+
+    def init(self, **_: object) -> None:
+        self.calls += 1
+        if self.refusals:
+            raise RuntimeError(self.refusals.pop(0))
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("said", ["Starting Ray client server failed. See ray_client_server_23001.err for detailed logs.",
+                                  "Proxy failed to Connect to backend! Check `ray_client_server.err`"])
+def test_a_busy_heads_refusal_is_tried_again_and_anything_else_is_said_at_once(said: str) -> None:
+    from lanes_es.adapters.ray_cluster import CLIENT_SERVER_STARTS, _init
+
+    busy = _FlakyRay([said] * (CLIENT_SERVER_STARTS - 1))
+    _init(busy, "ray://127.0.0.2:10001")
+    assert busy.calls == CLIENT_SERVER_STARTS
+    always = _FlakyRay([said] * CLIENT_SERVER_STARTS)
+    with pytest.raises(RuntimeError, match="failed"):
+        _init(always, "ray://127.0.0.2:10001")
+    assert always.calls == CLIENT_SERVER_STARTS
+    refused = _FlakyRay(["Authentication failed: the token does not match"])
+    with pytest.raises(RuntimeError, match="token"):
+        _init(refused, "ray://127.0.0.2:10001")
+    assert refused.calls == 1
