@@ -102,8 +102,10 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
         if not new_store:
             lease.take(options.wait, waiting_for)
         deps = stack.enter_context(confirming(deps, slug, options.coordinator))  # under the lease: one makes it
+        on_nodes = runs_on_cluster(deps, slug, options.batch)
+        refuse_cluster_without_token(on_nodes)
         executors = executors_for(options.executor, deps.root, lanes / EXECUTOR_LOGS, options.executor_env,
-                                  options.attempt_seconds, runs_on_cluster(deps, slug, options.batch))
+                                  options.attempt_seconds, on_nodes)
         autopilot = Autopilot(deps=deps, slug=slug, max_parallel=max_parallel, steward=Steward(deps.root, lanes),
                               executors=executors, progress=progress, poll=options.poll,
                               feed=BatchFeed(deps.store), lease=lease,
@@ -216,6 +218,19 @@ def runs_on_cluster(deps: Deps, slug: str, options: BatchOptions) -> bool:
         return is_ray(options.runner)
     current = current_authorization(deps, slug)
     return current is not None and is_ray(current.runner)
+
+
+def refuse_cluster_without_token(on_nodes: bool) -> None:
+    """A batch on a Ray cluster whose token is missing here is refused before anything is confirmed (read from
+    the environment and Ray's token file, without connecting: the first tick connects)."""
+    if not on_nodes:
+        return
+    from lanes_es.adapters.ray_cluster import RayUnavailable, require_token_auth
+
+    try:
+        require_token_auth()
+    except RayUnavailable as error:
+        raise ServiceError("runner_unavailable", f"{error}; nothing was confirmed") from None
 
 
 def executors_for(argv: list[str], root: str, logs: Path, extra_env: Mapping[str, str] | None,

@@ -517,6 +517,28 @@ def test_a_node_removed_in_the_middle_of_a_round_converges_with_the_loss_in_the_
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
+def test_run_on_a_cluster_without_its_token_is_refused_before_anything_is_confirmed(
+        tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """No cluster needed: `lanes-es run --runner ray://...` with no token anywhere says so in one line and
+    confirms nothing (the agent need not be on this machine's PATH: it runs on the nodes)."""
+    from lanes_es.cli.main import main
+    from tests.engine import Engine, Task
+
+    engine = Engine.create(tmp_path, {"t0": Task(["t0.txt"])})
+    for key in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token either
+    code = main(["--root", engine.root, "run", engine.slug, "--max-parallel", "1", "--lanes-dir",
+                 str(tmp_path / "lanes"), "--executor", "claude-code", "--yes", "--runner", "ray://127.0.0.2:1"])
+    out = capsys.readouterr()
+    said = (out.out + out.err).strip().splitlines()
+    assert code == 2 and len(said) == 1, said
+    assert said[0].startswith("lanes-es run: runner_unavailable: the Ray cluster needs its token and no token is "
+                              "set") and said[0].endswith("; nothing was confirmed"), said
+    assert engine.deps.store.initiative(engine.slug) is None
+
+
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
 def test_a_runner_that_cannot_be_used_is_refused_in_one_line(tmp_path: Path, store_url: str,
                                                              monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     """No cluster needed: a runner text that is not one is refused before anything is confirmed; a ray runner
