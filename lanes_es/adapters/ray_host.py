@@ -260,7 +260,7 @@ class NodeHost:
         return self.stop_attempt(attempt_id, "stopped", "a later coordinator of its batch cancelled the attempt")
 
     def stop_attempt(self, attempt_id: str, reason: str, detail: str) -> bytes:
-        """`cancel`, with the reason an Executor attempt records for its end (a budget, a stopped task)."""
+        """`cancel`, with the reason an Executor attempt records for its end (a budget spent)."""
         with self._lock:
             attempt = self._attempts.get(attempt_id)
         if attempt is not None and attempt.result is None:

@@ -11,7 +11,7 @@ to take (`take_notes`): its dispatch is recorded as soon as it is sent (the auto
 so that an autopilot killed meanwhile leaves the attempt open in the log for the next one to cancel on
 its node; this thread never writes the log. While it runs, the autopilot reaches the attempt on its node
 as it reaches a local one: what its agent reported so far (`live_usage`), and a stop with its reason
-(`stop`: a budget, a stopped task), which the attempt records as its end.
+(`stop`: a budget spent), which the attempt records as its end.
 """
 
 from __future__ import annotations
