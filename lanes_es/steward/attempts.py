@@ -209,7 +209,7 @@ class AttemptLog:
             return
         try:
             notes = settle(self.executors.remote(lambda note: None), left)
-        except RayUnavailable:
+        except (RayUnavailable, ConnectionError, OSError):  # the cluster cannot be reached now: a later run
             return
         self.note_remote(batch_id, notes)
 
