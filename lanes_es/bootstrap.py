@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lanes_es.adapters.git_dirs import find_checkout
+from lanes_es.adapters.git_dirs import common_dir_of, find_checkout
 from lanes_es.adapters.store import EventStore, default_store_url, store_url_from_env
 from lanes_es.domain.ids import format_timestamp
 from lanes_es.errors import ServiceError
@@ -202,8 +202,7 @@ def _same_repository(repository: Repository, path: str) -> bool:
     """Whether a checkout path (as an authorization recorded it) is a worktree of `repository` on this machine."""
     if Path(path) == repository.root:
         return True
-    found = find_checkout(path) if Path(path).is_dir() else None
-    return found is not None and found.common_dir.resolve() == repository.common_dir.resolve()
+    return Path(path).is_dir() and common_dir_of(path) == repository.common_dir.resolve()
 
 
 def bootstrap(root: str | os.PathLike[str] = ".", store_url: str | None = None,

@@ -47,7 +47,7 @@ from lanes_es.usecases.gate import (
 )
 from lanes_es.usecases.load import initiative
 from lanes_es.usecases.lock import BatchBusy
-from lanes_es.usecases.retire import RetireTarget, retire as retire_batch, retire_target as read_retire_target
+from lanes_es.usecases.retire import RetireTarget, retire_and_remove_coordinator, retire_target as read_retire_target
 from lanes_es.usecases.status import recorded_max_parallel
 from lanes_es.usecases.tick import tick as tick_batch
 
@@ -278,18 +278,13 @@ class BatchTools:
         return read_retire_target(coordinator_of(self.deps, slug), slug)
 
     def retire(self, target: RetireTarget) -> Outcome:
-        from lanes_es.usecases.coordinator import coordinator_of, remove_coordinator
-        from lanes_es.usecases.load import current_authorization
-
-        authorization = current_authorization(self.deps, target.slug)
         try:
-            report = retire_batch(coordinator_of(self.deps, target.slug), target.slug, target)
+            report, left = retire_and_remove_coordinator(self.deps, target.slug, target)
         except ServiceError as error:
             if error.code != "plan_changed":
                 raise
             return refusal("plan_changed", f"batch run state {target.batch_id} changed after native confirmation; "
                                            f"nothing was retired", RECOVERY["plan_changed"].format(tool=RETIRE))
-        left = remove_coordinator(self.deps, authorization)
         return Outcome({"state": "retired", "batch_id": report["batch_id"], "report": report,
                         **({"coordinator": left} if left else {})})
 

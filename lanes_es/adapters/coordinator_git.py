@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from lanes_es.adapters.git import git_ok
-from lanes_es.adapters.git_dirs import find_checkout
+from lanes_es.adapters.git_dirs import common_dir_of, find_checkout
 from lanes_es.adapters.lane_git import STATUS_ARGS, branch_and_head, parse_status_v2
 from lanes_es.errors import ServiceError
 
@@ -120,8 +120,7 @@ class GitCoordinators:
         """Fast-forward `onto` to `branch` at `head` (the batch's recorded head), in the worktree that has `onto`
         checked out (only when no uncommitted path there is one the fast-forward changes), or as a ref update;
         refused otherwise."""
-        tips = [git_ok(repo_root, "rev-parse", "--verify", "-q", f"refs/heads/{name}^{{commit}}").text
-                for name in (branch, onto)]
+        tips = [_branch_tip(repo_root, name) or "" for name in (branch, onto)]
         if not tips[1]:
             raise ServiceError("branch_not_found", f"there is no branch {onto}; nothing was landed: name the branch "
                                                    f"to land on with `lanes-es land {slug} --onto BRANCH`")
@@ -171,12 +170,12 @@ def _one_at_a_time(repo_root: str) -> Iterator[None]:
 
 def _same_repository(repo_root: str, path: str) -> bool:
     """Whether the checkout at `path` is a worktree of the repository `repo_root` is in (read from git's files)."""
-    here, there = find_checkout(repo_root), find_checkout(path)
+    here, there = common_dir_of(repo_root), common_dir_of(path)
     if here is None or there is None:  # only git can say: ask it once
         asked = [git_ok(root, "rev-parse", "--path-format=absolute", "--git-common-dir").text
                  for root in (repo_root, path)]
         return asked[0] == asked[1] and bool(asked[0])
-    return here.common_dir.resolve() == there.common_dir.resolve()
+    return here == there
 
 
 def _branch_tip(root: str, branch: str) -> str | None:

@@ -59,6 +59,13 @@ def find_checkout(start: str | os.PathLike[str]) -> Checkout | None:
     return None
 
 
+def common_dir_of(path: str | os.PathLike[str]) -> Path | None:
+    """The git common dir (resolved) of the checkout holding `path`, read from files; None when only git can say.
+    Two checkouts with the same one are worktrees of one repository."""
+    found = find_checkout(path)
+    return found.common_dir.resolve() if found is not None else None
+
+
 def _git_environment_set() -> bool:
     """Variables that move git's directories: then only git knows where they are."""
     return any(value is not None for value in (

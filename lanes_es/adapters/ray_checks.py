@@ -70,10 +70,8 @@ class RayChecks:
 
     def settle_open(self, attempts: dict[str, Any]) -> None:
         """Attempts an earlier coordinator of this batch sent (`ray_runner.settle`); the note of each goes to the
-        journal. An Executor attempt is not this tick's: the autopilot that sent it still holds it, or the next
-        one settles it (lanes_es/steward/attempts.py)."""
+        journal."""
         from lanes_es.adapters.ray_runner import settle
 
-        for note in settle(self.cluster, {attempt_id: sent for attempt_id, sent in attempts.items()
-                                          if sent.kind != "executor"}):
+        for note in settle(self.cluster, attempts):
             self._note(note)

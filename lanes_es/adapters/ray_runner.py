@@ -8,8 +8,9 @@ object store once per candidate; each attempt carries a reference to it.
 What can happen to an attempt, and what the runner does (Ray retries nothing: every rerun is decided here):
 - it ends: its result (decoded as `HostResult` only) is the check's result;
 - its node or host is lost (`RayActorError` and kin, the node reported dead, or the host answering
-  `lost` because its object store failed it): the node is taken out, the loss noted, and the check sent to another node, up to `LOST_RERUNS` times; a check lost every time
-  raises `ClusterLost`, never a failure of the Lane's checks.
+  `lost` because its object store failed it): the node is taken out, the loss noted, and the check
+  sent to another node, up to `LOST_RERUNS` times; a check lost every time raises `ClusterLost`, never
+  a failure of the Lane's checks.
 Each of these is handed to `journal` (dispatched, ended, lost) for the coordinator's log.
 """
 
@@ -179,8 +180,7 @@ class RayCheckRunner:
                 result = HostResult(attempt_id=attempt_id, node=node, task_id=task_id,
                                     error="a node answered for another attempt")
             if result.state == "lost":  # the node could not run it: sent elsewhere, the node taken out
-                self.slots.lose(node)
-                self.journal(AttemptNote("lost", attempt_id, node, task_id, identity, result.error or "", work))
+                self._lose(node, AttemptNote("lost", attempt_id, node, task_id, identity, result.error or "", work))
                 continue
             self.journal(AttemptNote("ended", attempt_id, node, task_id, identity, _outcome(result), work))
             DISPATCH_TIMES.append((time.monotonic() - began, result.seconds))
@@ -227,13 +227,17 @@ class RayCheckRunner:
                     hook = cancel.on_set(lambda: host.cancel.remote(attempt_id))
                 return attempt_id, node, self._ray.get(answer)
             except (ClusterLost, *self._lost_errors()) as error:
-                self.slots.lose(node)
-                self.journal(AttemptNote("lost", attempt_id, node, task_id, identity, _first_line(error), work))
+                self._lose(node, AttemptNote("lost", attempt_id, node, task_id, identity, _first_line(error), work))
                 return None
         finally:
             if cancel is not None:
                 cancel.forget(hook)
             self.slots.give_back(node)
+
+    def _lose(self, node: str, note: AttemptNote) -> None:
+        """A node that lost an attempt is taken out of this runner's slots, and the loss noted."""
+        self.slots.lose(node)
+        self.journal(note)
 
     def stop_attempt(self, node: str, attempt_id: str, reason: str, detail: str) -> None:
         """Ask an Executor attempt running on `node` to end, with why (its agent is stopped as a local one is, and

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import stat
 import sys
 import tempfile
@@ -27,14 +26,11 @@ from lanes_es.adapters.processes import run_bounded
 from lanes_es.adapters.ray_host import AttemptRequest, DeliveredFile
 from lanes_es.executors import agent_named
 from lanes_es.domain.events import ExecutorUsage
-from lanes_es.executors.attempt import AttemptResult, AttemptSpec, StopRequest, write_atomically
+from lanes_es.executors.attempt import AttemptResult, AttemptSpec, ask_to_stop, read_progress, write_atomically
 from lanes_es.executors.environment import executor_environment
 
 OUTPUT_KEPT = 256 * 1024  # the head of what the attempt printed that goes back for its log file
 GRACE_SECONDS = 30  # the attempt process enforces the limit itself; this bounds a stuck one
-
-
-PROGRESS_LIMIT = 64 * 1024  # the most bytes of an attempt's progress file read back for the coordinator
 
 
 class AttemptWatch:
@@ -47,7 +43,7 @@ class AttemptWatch:
         self._lock = threading.Lock()
         self._process: Any = None
         self._spec: AttemptSpec | None = None
-        self._asked: StopRequest | None = None
+        self._asked: tuple[str, str] | None = None  # (reason, detail) once a stop was asked
 
     def attach(self, process: Any, spec: AttemptSpec) -> None:
         with self._lock:
@@ -57,30 +53,17 @@ class AttemptWatch:
 
     def stop(self, reason: str, detail: str) -> None:
         with self._lock:
-            self._asked = StopRequest(reason=reason, detail=detail)
+            self._asked = (reason, detail)
             if self._process is not None:
                 self._send()
 
-    def stopped(self) -> StopRequest | None:
-        return self._asked
-
     def progress(self) -> ExecutorUsage:
         spec = self._spec
-        if spec is None:
-            return ExecutorUsage()
-        try:
-            with open(spec.progress_path, "rb") as handle:
-                return msgspec.json.decode(handle.read(PROGRESS_LIMIT), type=ExecutorUsage)
-        except (OSError, msgspec.DecodeError):
-            return ExecutorUsage()
+        return read_progress(spec.progress_path) if spec is not None else ExecutorUsage()
 
     def _send(self) -> None:
         assert self._spec is not None and self._asked is not None
-        try:
-            write_atomically(self._spec.stop_path, msgspec.json.encode(self._asked))
-            os.kill(self._process.pid, signal.SIGTERM)
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # it ended meanwhile (its checkout is gone with it)
+        ask_to_stop(self._spec.stop_path, self._process.pid, *self._asked)
 
 
 def run_attempt_here(tree: Any, request: AttemptRequest,

@@ -812,21 +812,17 @@ def _add_retire(commands: Any) -> None:
 
 
 def _retire(args: argparse.Namespace) -> int:
+    from lanes_es.usecases.coordinator import coordinator_of
     from lanes_es.usecases.gate import ask_on_terminal, require_confirmed
-    from lanes_es.usecases.retire import retire, retire_target
-
-    from lanes_es.usecases.coordinator import coordinator_of, remove_coordinator
-    from lanes_es.usecases.load import current_authorization
+    from lanes_es.usecases.retire import retire_and_remove_coordinator, retire_target
 
     deps = deps_of(args)
-    authorization = current_authorization(deps, args.slug)
-    deps = coordinator_of(deps, args.slug)
-    target = retire_target(deps, args.slug)  # refusals before the gate; the record's bytes for the CAS
+    # refusals before the gate; the record's bytes for the CAS
+    target = retire_target(coordinator_of(deps, args.slug), args.slug)
     answer = ask_on_terminal(f"Retire batch {target.batch_id} of {args.slug}? [y/N] ", args.yes,
                              input if sys.stdin.isatty() else None, "no terminal to ask on; run again with --yes")
     require_confirmed(answer, "nothing was retired")
-    report = retire(deps, args.slug, target)
-    left = remove_coordinator(deps, authorization)  # superseded: terminal; only a clean one goes
+    report, left = retire_and_remove_coordinator(deps, args.slug, target)
     _print(report, args.json, lambda retired: _retired_text(args.slug, retired, left))
     return 0
 

@@ -30,6 +30,10 @@ class RemoteAttempts:
             self.open.pop(event.attempt_id, None)
             self.lost += 1
 
+    def open_of(self, *kinds: str) -> dict[str, ev.RemoteAttemptDispatched]:
+        """The open attempts of these kinds (`check`, `qa`: a tick's; `executor`: an autopilot's), by id."""
+        return {attempt_id: sent for attempt_id, sent in self.open.items() if sent.kind in kinds}
+
 
 def record_remote_notes(batch: Any, at: str, notes: list[Any]) -> None:
     """Record a Ray runner's notes (`kind` dispatched, ended or lost; lanes_es/adapters/ray_runner.py

@@ -88,6 +88,28 @@ def write_atomically(path: str | Path, data: bytes) -> None:
     os.replace(temporary, path)
 
 
+PROGRESS_LIMIT = 64 * 1024  # the most of a progress file read: the attempt writes one small usage object
+
+
+def read_progress(path: str | Path) -> ExecutorUsage:
+    """What a running attempt's agent has reported so far (its progress file), nothing when it has not."""
+    try:
+        with open(path, "rb") as handle:
+            return msgspec.json.decode(handle.read(PROGRESS_LIMIT), type=ExecutorUsage)
+    except (OSError, msgspec.DecodeError):
+        return ExecutorUsage()
+
+
+def ask_to_stop(stop_path: str | Path, pid: int, reason: str, detail: str) -> None:
+    """Ask the attempt process `pid` to end, as its `request_stop` reads it: why, in its stop file, then SIGTERM
+    (it kills its agent and records the reason). Nothing when it has ended meanwhile."""
+    try:
+        write_atomically(stop_path, msgspec.json.encode(StopRequest(reason=reason, detail=detail)))
+        os.kill(pid, signal.SIGTERM)
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+
+
 class Attempt:
     def __init__(self, spec: AttemptSpec, out: Any = None) -> None:
         agent = agent_named(spec.agent)

@@ -193,7 +193,6 @@ class AttemptLog:
             settled.append(task_id)
         return settled
 
-
     def settle_remote(self, batch_id: str, batch: LaneBatch) -> None:
         """Executor attempts an earlier autopilot sent to Ray nodes and never saw end (the log holds their dispatch
         only): each cancelled on its node when it still runs (its agent stopped), collected when it ended, lost
@@ -203,8 +202,8 @@ class AttemptLog:
         from lanes_es.adapters.ray_runner import settle
 
         ours = {note.attempt_id for note in self.remote_notes}
-        left = {attempt_id: sent for attempt_id, sent in batch.remote_attempts.open.items()
-                if sent.kind == "executor" and attempt_id not in ours}
+        left = {attempt_id: sent for attempt_id, sent in batch.remote_attempts.open_of("executor").items()
+                if attempt_id not in ours}
         if not left or self.executors.remote is None:
             return
         try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -29,7 +28,8 @@ from lanes_es.domain.jstext import parse_json
 from lanes_es.domain.events import AttemptLimits, ExecutorUsage
 from lanes_es.domain.executor_runs import Spent
 from lanes_es.executors.agent import Agent
-from lanes_es.executors.attempt import AttemptResult, AttemptSpec, StopRequest, submitting_marker, write_atomically
+from lanes_es.executors.attempt import (AttemptResult, AttemptSpec, ask_to_stop, read_progress, submitting_marker,
+                                      write_atomically)
 from lanes_es.executors.environment import argv_for_the_record, executor_environment
 from lanes_es.executors.prompt import Assignment, build_prompt, prompt_digest
 
@@ -257,21 +257,14 @@ class Executors:
         if running.process.pid is None:  # on a Ray node (steward/remote_run.py)
             running.process.stop(reason, detail)
             return
-        write_atomically(self.stop_path(task_id), msgspec.json.encode(StopRequest(reason=reason, detail=detail)))
-        try:
-            os.kill(running.process.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
+        ask_to_stop(self.stop_path(task_id), running.process.pid, reason, detail)
 
     def live_usage(self, task_id: str) -> ExecutorUsage:
         """What a running agent attempt has reported so far (its progress file), nothing when it has not."""
         running = self.running.get(task_id)
         if running is not None and running.process.pid is None:  # on a Ray node: its host reads the file there
             return running.process.live_usage()
-        try:
-            return msgspec.json.decode(self.progress_path(task_id).read_bytes(), type=ExecutorUsage)
-        except (OSError, msgspec.DecodeError):
-            return ExecutorUsage()
+        return read_progress(self.progress_path(task_id))
 
     def live_spent(self) -> Spent:
         """What the running attempts have spent so far, beyond what the log holds of them (each counted as an

@@ -14,7 +14,10 @@ from lanes_es.tick.context import TickContext
 
 def settle_open_attempts(ctx: TickContext) -> None:
     journal = ctx.ports.remote
-    if journal is None or not ctx.live.remote_attempts.open:
+    # An Executor attempt is not a tick's: the autopilot that sent it holds it, or the next one settles it
+    # (lanes_es/steward/attempts.py)
+    left = ctx.live.remote_attempts.open_of("check", "qa")
+    if journal is None or not left:
         return
-    journal.settle_open(dict(ctx.live.remote_attempts.open))
+    journal.settle_open(left)
     ctx.persist()

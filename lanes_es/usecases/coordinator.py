@@ -154,13 +154,13 @@ def remove_coordinator(deps: Deps, authorization: ev.BatchAuthorized | None) -> 
 
 
 def _of_this_repository(deps: Deps, path: str) -> bool:
-    from lanes_es.adapters.git_dirs import find_checkout
+    from lanes_es.adapters.git_dirs import common_dir_of
 
     common_dir = getattr(deps.adapters, "common_dir", None)
-    found = find_checkout(path)
+    found = common_dir_of(path)
     if common_dir is None or found is None:
         return True
-    return found.common_dir.resolve() == Path(common_dir).resolve()
+    return found == Path(common_dir).resolve()
 
 
 def _slug(authorization: ev.BatchAuthorized) -> str:

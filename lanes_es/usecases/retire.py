@@ -68,6 +68,17 @@ def retire(deps: Deps, slug: str, expected: RetireTarget | None = None) -> dict[
         return batch.report or lane_report(batch.record, RETIRE_REASON, RETIRE_NEXT_ACTION)
 
 
+def retire_and_remove_coordinator(deps: Deps, slug: str, expected: RetireTarget) -> tuple[dict[str, Any], str]:
+    """`retire`, run in the batch's coordinator (`deps` are the user's checkout's), then that coordinator worktree
+    removed when it holds nothing uncommitted (a superseded batch is terminal): the report, and what became of
+    the worktree, in words ("" for a batch run in place)."""
+    from lanes_es.usecases.coordinator import coordinator_of, remove_coordinator
+
+    authorization = current_authorization(deps, slug)
+    report = retire(coordinator_of(deps, slug), slug, expected)
+    return report, remove_coordinator(deps, authorization)
+
+
 def _refuse_retiring_elsewhere(deps: Deps, slug: str, authorization: ev.BatchAuthorized) -> None:
     """Retiring writes the superseded record and its checkpoint into this checkout: from a checkout the
     batch was not confirmed in (a shared store read from a copy), it is refused as a tick is."""
