@@ -133,24 +133,11 @@ def _run(args: argparse.Namespace) -> int:
     return run_autopilot(deps, args.slug, options)
 
 
-def refuse_unusable_run(argv: list[str], lanes_dir: Path, on_nodes: bool = False) -> None:
-    """What would only fail after the batch is confirmed and Lanes are made is refused before anything is written.
-    `on_nodes`: a named agent runs on a Ray cluster's nodes, and its program is theirs, not this machine's."""
+def _refuse_unusable_command(program: str) -> None:
+    """An --executor command this machine cannot start: not on PATH, no such file, or not executable."""
     from lanes_es.errors import ServiceError
 
-    if not argv:
-        raise ServiceError("invalid_executor", "--executor is empty; name the command each Lane's Executor runs")
-    from lanes_es.executors import agent_named
-
-    agent = agent_named(argv[0]) if len(argv) == 1 else None
-    if agent is not None and on_nodes:
-        return
-    program = agent.program if agent is not None else argv[0]
     if "/" not in program and shutil.which(program) is None:
-        if agent is not None:
-            raise ServiceError("invalid_executor", f"{program} (for --executor {agent.name}) is not on PATH; install "
-                                                   f"it (see the how-to 'agent-{agent.name}' of the docs), then run "
-                                                   f"again")
         raise ServiceError("invalid_executor", f"the Executor command {program!r} is not on PATH; install it, or "
                                                f"give its absolute path with --executor")
     if program.startswith("/") and not os.path.isfile(program):
@@ -160,6 +147,23 @@ def refuse_unusable_run(argv: list[str], lanes_dir: Path, on_nodes: bool = False
         raise ServiceError("invalid_executor", f"the Executor command {program} is not executable; make it so "
                                                f"(chmod +x {shlex.quote(program)}), or name its interpreter first "
                                                f"(--executor 'sh {program}')")
+
+
+def refuse_unusable_run(argv: list[str], lanes_dir: Path, on_nodes: bool = False) -> None:
+    """What would only fail after the batch is confirmed and Lanes are made is refused before anything is written.
+    `on_nodes`: a named agent runs on a Ray cluster's nodes, and its program is theirs, not this machine's."""
+    from lanes_es.errors import ServiceError
+
+    if not argv:
+        raise ServiceError("invalid_executor", "--executor is empty; name the command each Lane's Executor runs")
+    from lanes_es.executors import agent_named
+    from lanes_es.steward.run import agent_program
+
+    agent = agent_named(argv[0]) if len(argv) == 1 else None
+    if agent is None:
+        _refuse_unusable_command(argv[0])
+    elif not on_nodes:  # on a Ray cluster the agent's program is the nodes', not this machine's
+        agent_program(agent)
     if lanes_dir.exists() and not lanes_dir.is_dir():
         raise ServiceError("invalid_lanes_dir", f"--lanes-dir {lanes_dir} is a file; name a directory (it is made "
                                                 f"when missing)")

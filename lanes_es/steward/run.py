@@ -237,22 +237,25 @@ def executors_for(argv: list[str], root: str, logs: Path, extra_env: Mapping[str
                   attempt_seconds: int, on_nodes: bool = False) -> Executors:
     """The Executors of `--executor`: a named agent (its program found on PATH; `on_nodes`, a Ray runner's: on
     each node's PATH, where it runs, not here), or the command as given."""
-    import shutil
-
     from lanes_es.executors import agent_named
 
     agent = agent_named(argv[0]) if len(argv) == 1 else None
     if agent is None:
         return Executors(list(argv), root, logs, extra_env=extra_env)
-    if on_nodes:
-        return Executors([agent.program], root, logs, extra_env=extra_env, agent=agent,
-                         attempt_seconds=attempt_seconds)
+    program = agent.program if on_nodes else agent_program(agent)
+    return Executors([program], root, logs, extra_env=extra_env, agent=agent, attempt_seconds=attempt_seconds)
+
+
+def agent_program(agent: Any) -> str:
+    """The named agent's program on this machine's PATH; refused (`invalid_executor`) when it is not there."""
+    import shutil
+
     program = shutil.which(agent.program)
     if program is None:
         raise ServiceError("invalid_executor", f"{agent.program} (for --executor {agent.name}) is not on PATH; "
                                                f"install it (see the how-to 'agent-{agent.name}' of the docs), "
                                                f"then run again")
-    return Executors([program], root, logs, extra_env=extra_env, agent=agent, attempt_seconds=attempt_seconds)
+    return program
 
 
 def attempt_recorder(deps: Deps) -> Record:

@@ -536,6 +536,14 @@ def test_run_on_a_cluster_without_its_token_is_refused_before_anything_is_confir
     assert said[0].startswith("lanes-es run: runner_unavailable: the Ray cluster needs its token and no token is "
                               "set") and said[0].endswith("; nothing was confirmed"), said
     assert engine.deps.store.initiative(engine.slug) is None
+    # The agent's program is the nodes', but the Lanes are this machine's: an unusable --lanes-dir is still refused
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "a-token")
+    (tmp_path / "a-file").write_text("")
+    code = main(["--root", engine.root, "run", engine.slug, "--max-parallel", "1", "--lanes-dir",
+                 str(tmp_path / "a-file"), "--executor", "claude-code", "--yes", "--runner", "ray://127.0.0.2:1"])
+    out = capsys.readouterr()
+    assert code == 2 and "invalid_lanes_dir" in out.out + out.err, out
+    assert engine.deps.store.initiative(engine.slug) is None
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
