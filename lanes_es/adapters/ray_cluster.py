@@ -88,18 +88,19 @@ def connect(runner: str) -> Any:
         try:
             _init(ray, runner)
         except (ConnectionError, TimeoutError, RuntimeError) as error:
-            raise RayUnavailable(f"the Ray cluster at {runner} did not accept the connection ({error}): check that "
-                                 f"its head runs the Ray Client server there and that the token is its token "
+            raise RayUnavailable(f"the Ray cluster at {runner} did not accept the connection ({_said(error)}): check "
+                                 f"that its head runs the Ray Client server there and that the token is its token "
                                  f"({TOKEN_HINT})") from None
         _CONNECTED.update(runner=runner, ray=ray)
         return ray
 
 
 CLIENT_SERVER_STARTS = 3  # the head starts a client server per connection; on a loaded head that may time out
-# What Ray's proxy on the head says when the client server it starts for a connection did not come up in time
-# (Ray 2.5x: "Starting Ray client server failed", "Proxy failed to Connect to backend!"): a busy head, not a
-# refusal of this coordinator.
-BUSY_HEAD = ("client server failed", "Proxy failed to Connect to backend")
+# What Ray's proxy on the head says when the client server it starts for a connection did not come up (Ray 2.5x:
+# "Starting Ray client server failed", "Proxy failed to Connect to backend!", or its own traceback through
+# start_specific_server, as when that server's process died at once): a busy head, not a refusal of this
+# coordinator.
+BUSY_HEAD = ("client server failed", "Proxy failed to Connect to backend", "start_specific_server")
 
 
 def _init(ray: Any, runner: str) -> None:
@@ -115,6 +116,14 @@ def _init(ray: Any, runner: str) -> None:
                 raise
             if ray.is_initialized():
                 ray.shutdown()
+
+
+def _said(error: BaseException) -> str:
+    """What Ray said, on one line: a traceback the head sent along is cut to its first and last lines."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else type(error).__name__
+    return f"{lines[0].rstrip(':')}: {lines[-1]}"
 
 
 def disconnect() -> None:

@@ -169,7 +169,10 @@ class _FlakyRay:
 
 
 @pytest.mark.parametrize("said", ["Starting Ray client server failed. See ray_client_server_23001.err for detailed logs.",
-                                  "Proxy failed to Connect to backend! Check `ray_client_server.err`"])
+                                  "Proxy failed to Connect to backend! Check `ray_client_server.err`",
+                                  "Initialization failure from server:\nTraceback (most recent call last):\n  File "
+                                  "\"proxier.py\", line 765, in Datapath\n    if not self.proxy_manager."
+                                  "start_specific_server(\npsutil.ZombieProcess: PID still exists but it's a zombie"])
 def test_a_busy_heads_refusal_is_tried_again_and_anything_else_is_said_at_once(said: str) -> None:
     from lanes_es.adapters.ray_cluster import CLIENT_SERVER_STARTS, _init
 
@@ -177,10 +180,21 @@ def test_a_busy_heads_refusal_is_tried_again_and_anything_else_is_said_at_once(s
     _init(busy, "ray://127.0.0.2:10001")
     assert busy.calls == CLIENT_SERVER_STARTS
     always = _FlakyRay([said] * CLIENT_SERVER_STARTS)
-    with pytest.raises(RuntimeError, match="failed"):
+    with pytest.raises(RuntimeError, match="fail"):
         _init(always, "ray://127.0.0.2:10001")
     assert always.calls == CLIENT_SERVER_STARTS
     refused = _FlakyRay(["Authentication failed: the token does not match"])
     with pytest.raises(RuntimeError, match="token"):
         _init(refused, "ray://127.0.0.2:10001")
     assert refused.calls == 1
+
+
+def test_what_the_head_said_reaches_the_user_on_one_line() -> None:
+    from lanes_es.adapters.ray_cluster import _said
+
+    assert _said(RuntimeError("Initialization failure from server:\nTraceback (most recent call last):\n  File "
+                              "\"proxier.py\", line 765\npsutil.ZombieProcess: a zombie (pid=3343)\n")) == \
+        "Initialization failure from server: psutil.ZombieProcess: a zombie (pid=3343)"
+    assert _said(ConnectionError("ray client connection timeout")) == "ray client connection timeout"
+    assert _said(TimeoutError()) == "TimeoutError"
+
