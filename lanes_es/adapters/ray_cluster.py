@@ -83,6 +83,9 @@ def connect(runner: str) -> Any:
         # gRPC when it is first imported: here, before Ray is.
         os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
         ray = ray_module()
+        # Ray Client's own log lines (a data channel that broke) are not the user's: a connection that fails is
+        # said once, by the refusal below; one that breaks later is a lost attempt, in the log
+        logging.getLogger("ray.util.client").setLevel(logging.CRITICAL)
         if ray.is_initialized():
             ray.shutdown()
         try:
@@ -96,11 +99,13 @@ def connect(runner: str) -> Any:
 
 
 CLIENT_SERVER_STARTS = 3  # the head starts a client server per connection; on a loaded head that may time out
-# What Ray's proxy on the head says when the client server it starts for a connection did not come up (Ray 2.5x:
-# "Starting Ray client server failed", "Proxy failed to Connect to backend!", or its own traceback through
-# start_specific_server, as when that server's process died at once): a busy head, not a refusal of this
-# coordinator.
-BUSY_HEAD = ("client server failed", "Proxy failed to Connect to backend", "start_specific_server")
+# What Ray says when the head is busy, not when it refuses this coordinator (Ray 2.5x): its proxy's client server
+# for this connection did not come up ("Starting Ray client server failed", "Proxy failed to Connect to
+# backend!", or its own traceback through start_specific_server, as when that server's process died at once), or
+# the connection broke while it was being set up ("... the Ray client has already been disconnected due to an
+# error"). A wrong token is not among them: Ray says "ray client connection timeout", after 30 s.
+BUSY_HEAD = ("client server failed", "Proxy failed to Connect to backend", "start_specific_server",
+             "already been disconnected")
 
 
 def _init(ray: Any, runner: str) -> None:

@@ -172,7 +172,9 @@ class _FlakyRay:
                                   "Proxy failed to Connect to backend! Check `ray_client_server.err`",
                                   "Initialization failure from server:\nTraceback (most recent call last):\n  File "
                                   "\"proxier.py\", line 765, in Datapath\n    if not self.proxy_manager."
-                                  "start_specific_server(\npsutil.ZombieProcess: PID still exists but it's a zombie"])
+                                  "start_specific_server(\npsutil.ZombieProcess: PID still exists but it's a zombie",
+                                  "Request can't be sent because the Ray client has already been disconnected due to "
+                                  "an error. Last exception: <_MultiThreadedRendezvous of RPC that terminated>"])
 def test_a_busy_heads_refusal_is_tried_again_and_anything_else_is_said_at_once(said: str) -> None:
     from lanes_es.adapters.ray_cluster import CLIENT_SERVER_STARTS, _init
 
@@ -180,11 +182,11 @@ def test_a_busy_heads_refusal_is_tried_again_and_anything_else_is_said_at_once(s
     _init(busy, "ray://127.0.0.2:10001")
     assert busy.calls == CLIENT_SERVER_STARTS
     always = _FlakyRay([said] * CLIENT_SERVER_STARTS)
-    with pytest.raises(RuntimeError, match="fail"):
+    with pytest.raises(RuntimeError, match="fail|disconnected"):
         _init(always, "ray://127.0.0.2:10001")
     assert always.calls == CLIENT_SERVER_STARTS
-    refused = _FlakyRay(["Authentication failed: the token does not match"])
-    with pytest.raises(RuntimeError, match="token"):
+    refused = _FlakyRay(["ray client connection timeout"])  # what a wrong token gets
+    with pytest.raises(RuntimeError, match="timeout"):
         _init(refused, "ray://127.0.0.2:10001")
     assert refused.calls == 1
 
