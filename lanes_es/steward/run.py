@@ -160,8 +160,9 @@ def confirm_batch(deps: Deps, slug: str, options: AutopilotOptions, out: Out,
         out(confirmation_text(confirmation.facts(), with_delegation=options.batch.delegate_revisions))
         return ask_on_terminal(QUESTION, options.yes, ask)
 
-    confirmation, _ = pass_gate(deps, slug, options.batch, ask_here)
-    out(f"confirmed {confirmation.batch_id} (max_parallel {confirmation.max_parallel})")
+    confirmation, authorization = pass_gate(deps, slug, options.batch, ask_here)
+    # the batch recorded: another command's, when it confirmed the very same facts first (as `authorize` says)
+    out(f"confirmed {authorization.batch_id} (max_parallel {confirmation.max_parallel})")
 
 
 def on_cluster(deps: Deps, slug: str, executors: Any) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,6 +126,9 @@ def test_two_autopilots_started_together_one_steward_the_other_waits_a_third_is_
     # same yes first (recorded once) and found the batch completed.
     assert "steward: offering" not in waited, waited
     assert "nothing to run" in waited or "then land them" in waited, waited
+    recorded = {authorization.batch_id for authorization in authorizations(repo)}
+    said = [line.split()[1] for output in outputs for line in output.splitlines() if line.startswith("confirmed ")]
+    assert said and set(said) <= recorded, (said, recorded)  # a run names the batch the log holds, not its own id
     assert_completed_as_planned(repo, lanes)
     admitted_once_each(store_url, repo)
     assert StewardLeases(store_url).holder(SCOPE) is None  # given back at the end
@@ -196,3 +200,14 @@ def test_a_tick_that_finds_the_batch_lock_held_is_tried_again_shortly(repo, tmp_
     assert items.index(busy[0]) < min(n for n, item in enumerate(items) if item["kind"] == "event")  # before any tick
     assert items[-1]["batch_state"] == "completed"
     assert_completed_as_planned(repo, tmp_path / "lanes")
+
+
+def authorizations(repo: str) -> list[Any]:
+    from lanes_es.bootstrap import bootstrap
+
+    deps = bootstrap(repo, read_only=True)
+    try:
+        return list(deps.store.initiative(SLUG).authorizations)
+    finally:
+        deps.store.close()
+
