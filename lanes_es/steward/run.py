@@ -86,6 +86,9 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
         progress.tell(note_item(line))
 
     def refuse(code: str, text: str, **facts: Any) -> None:
+        if out is print and not json_lines:  # a person's terminal: on stderr, as every other command's refusal
+            print(text, file=sys.stderr)
+            return
         progress.tell(steward_item("refused", text, reason=code, **facts))
 
     def waiting_for(holder: LeaseHolder) -> None:
@@ -131,7 +134,7 @@ def run_autopilot(deps: Deps, slug: str, options: AutopilotOptions, out: Out = p
     except ServiceError as error:
         _wait_for_all(autopilot)
         if error.code == "empty_enrollable_set":
-            return nothing_to_run(deps, slug, note)
+            return nothing_to_run(deps, slug, note, lambda text: refuse(error.code, text))
         refuse(error.code, f"lanes-es run: {error}")
         return EXIT_REFUSED
     except KeyboardInterrupt:
@@ -319,13 +322,14 @@ def still_working(process: Any) -> bool:
     return False
 
 
-def nothing_to_run(deps: Deps, slug: str, out: Out) -> int:
+def nothing_to_run(deps: Deps, slug: str, out: Out, refuse: Out) -> int:
     """Every task is settled: 0 when the Initiative's last batch completed (running again is harmless)."""
     batch = active_batch(deps, slug)
     if batch is not None and batch.batch_state == "completed":
         out(f"lanes-es run: nothing to run: batch {batch.id} of Initiative {slug} completed and no task is left; "
             f"add tasks to docs/initiatives/{slug}.md to run a new batch")
         return EXIT_OK
-    out(f"lanes-es run: Initiative {slug} has no enrollable task; `lanes-es plan {slug}` shows why each is excluded")
+    refuse(f"lanes-es run: Initiative {slug} has no enrollable task; `lanes-es plan {slug}` shows why each is "
+           f"excluded")
     return EXIT_REFUSED
 

@@ -495,6 +495,23 @@ def test_run_refuses_an_unusable_executor_or_lanes_dir_before_confirming(repo, t
     assert not (tmp_path / "lanes").exists()
 
 
+def test_a_refused_run_says_so_on_stderr_and_json_keeps_it_on_stdout(repo, tmp_path):
+    """A refusal the autopilot makes (an Initiative that does not exist) is one line on stderr, as every other
+    command's, and nothing on stdout: a run whose output goes to a file still tells the person why it
+    stopped. With --json it is a `refused` item among the run's others, on stdout."""
+    args = ("run", "nosuch", "--max-parallel", "2", "--lanes-dir", str(tmp_path / "lanes"), "--executor", "true",
+            "--yes")
+    result = lanes(repo, *args)
+    refused(result, "lanes-es run: plan_projection_failed", "docs/initiatives/nosuch.md does not exist")
+    assert result.stdout == ""
+    as_json = lanes(repo, *args, "--json")
+    assert as_json.returncode == EXIT_REFUSED and as_json.stderr == "", as_json.stderr
+    items = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [(item["action"], item["reason"]) for item in items if item.get("action") == "refused"] == [
+        ("refused", "plan_projection_failed")], items
+    assert rows(repo) == []
+
+
 LANES_ES = str(Path(sys.executable).with_name("lanes-es"))  # the installed command (the venv's)
 
 
