@@ -310,8 +310,9 @@ def test_what_would_refuse_a_new_batch_refuses_it_before_anything_is_confirmed(g
     assert run_greeting(greeter).returncode == 0
     run_git(greeter, "switch", "-q", "main")
     again = run_greeting(greeter)
-    assert again.returncode == 2 and "batch_branch_exists" in again.stdout and "nothing was confirmed" in again.stdout
-    assert "git branch -d imm/greeting" in again.stdout and "batch prepared" not in again.stdout
+    # The refusal on stderr, as every command's; nothing prepared on stdout
+    assert again.returncode == 2 and "batch_branch_exists" in again.stderr and "nothing was confirmed" in again.stderr
+    assert "git branch -d imm/greeting" in again.stderr and "batch prepared" not in again.stdout + again.stderr
     status = ok(lanes(greeter, "status", "greeting"))
     assert ": completed" in status  # the completed batch is still the Initiative's: nothing new was confirmed
     run_git(greeter, "merge", "-q", "--ff-only", "imm/greeting")

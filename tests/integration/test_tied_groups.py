@@ -39,6 +39,11 @@ def gone(pid: int) -> bool:
         return True
 
 
+def program_of(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return cmdline.read().split(b"\0")[0]
+
+
 @pytest.mark.parametrize("way", ["trampoline", "fallback"])
 def test_a_command_ends_with_its_supervisor_killed_outright(way):
     if way == "trampoline" and not HAS_SETPRIV:
@@ -47,9 +52,11 @@ def test_a_command_ends_with_its_supervisor_killed_outright(way):
                                   text=True, env={**os.environ, "PYTHONPATH": PROJECT})
     assert supervisor.stdout is not None
     command = int(supervisor.stdout.readline())
-    assert not gone(command)
-    with open(f"/proc/{command}/cmdline", "rb") as cmdline:  # the trampoline exec'd the command itself
-        assert cmdline.read().split(b"\0")[0].endswith(b"sleep")
+    # The pid Popen gave is the command's own: the trampoline execs it (Popen returns once setpriv runs)
+    deadline = time.monotonic() + 10
+    while not program_of(command).endswith(b"sleep") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert program_of(command).endswith(b"sleep"), program_of(command)
     supervisor.send_signal(signal.SIGKILL)
     supervisor.wait()
     deadline = time.monotonic() + 10
