@@ -25,27 +25,7 @@ from lanes_es.audit.attestation import CHECKPOINT_PATH
 
 from .anchored_marker import marker_path, read_marker
 from .files import write_atomic
-from .git import batch_identity_env, git, git_ok
-
-
-def cat_file_batch(root: str, names: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
-    """`git cat-file --batch` of each name: (object id, type, content), None for a missing one. One spawn."""
-    if not names:
-        return []
-    output = git(root, "cat-file", "--batch", stdin="".join(f"{name}\n" for name in names).encode()).stdout
-    results: list[tuple[str, str, bytes] | None] = []
-    position = 0
-    for _ in names:
-        end = output.index(b"\n", position)
-        header = output[position:end].decode("utf-8", "replace").split(" ")
-        position = end + 1
-        if len(header) != 3 or header[1] == "missing" or header[-1] == "missing":
-            results.append(None)
-            continue
-        size = int(header[2])
-        results.append((header[0], header[1], output[position:position + size]))
-        position += size + 1
-    return results
+from .git import batch_identity_env, cat_file_batch, git, git_ok
 
 
 class GitAnchor:

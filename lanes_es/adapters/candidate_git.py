@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from lanes_es.adapters.check_runner import CheckTree, TreeEntry, run_in_turn
-from lanes_es.adapters.git import batch_identity_env, git, git_ok
+from lanes_es.adapters.git import batch_identity_env, cat_file_batch, git, git_ok
 from lanes_es.adapters.lane_git import (
     CHECK_FAILED, CONFLICT, LINEAGE_BROKEN, LOG_META, branch_and_head, change_identities, lineage_broken,
     short_branch,
@@ -456,40 +456,24 @@ class CandidateTree(CheckTree):
 
 
 def _read_blobs(root: str, shas: list[str]) -> dict[str, bytes]:
-    """`cat-file --batch`: "<sha> <type> <size>\\n<content>\\n" per requested object."""
-    if not shas:
-        return {}
-    out = git(root, "cat-file", "--batch", stdin="".join(f"{sha}\n" for sha in shas)).stdout
+    """Each blob's bytes, in one `cat-file --batch`; GitFailure when one is missing."""
     blobs: dict[str, bytes] = {}
-    position = 0
-    for sha in shas:
-        line_end = out.index(b"\n", position)
-        header = out[position:line_end].decode("ascii", "replace").split(" ")
-        if len(header) != 3:
+    for sha, found in zip(shas, cat_file_batch(root, shas)):
+        if found is None:
             raise GitFailure(f"object {sha} is missing from the repository")
-        size = int(header[2])
-        blobs[sha] = out[line_end + 1:line_end + 1 + size]
-        position = line_end + 1 + size + 1
+        blobs[sha] = found[2]
     return blobs
 
 
 def _intents_at(root: str, commit: str, checks: list[IntegrationChild]) -> dict[str, dict[str, Any]]:
     """Each task's intent as `commit` holds it (absent or unreadable: left out), in one cat-file."""
-    names = [f"{commit}:{check.intent_path}" for check in checks]
-    out = git(root, "cat-file", "--batch", stdin="".join(f"{name}\n" for name in names)).stdout
     found: dict[str, dict[str, Any]] = {}
-    position = 0
-    for check in checks:
-        line_end = out.index(b"\n", position)
-        header = out[position:line_end].decode("utf-8", "replace").split(" ")
-        if len(header) != 3 or header[1] != "blob":
-            position = line_end + 1
+    held = cat_file_batch(root, [f"{commit}:{check.intent_path}" for check in checks])
+    for check, item in zip(checks, held):
+        if item is None or item[1] != "blob":
             continue
-        size = int(header[2])
-        content = out[line_end + 1:line_end + 1 + size]
-        position = line_end + 1 + size + 1
         try:
-            found[check.task_id] = parse_json(content.decode("utf-8"))
+            found[check.task_id] = parse_json(item[2].decode("utf-8"))
         except (ValueError, UnicodeDecodeError):
             continue
     return found

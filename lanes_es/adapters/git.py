@@ -170,3 +170,23 @@ def git(root: str, *args: str, ok_codes: Sequence[int] = (0,), stdin: bytes | st
 def git_ok(root: str, *args: str, **options: object) -> GitResult:
     """Run git accepting any exit code; the caller reads `exit_code`."""
     return git(root, *args, ok_codes=range(0, 256), **options)  # type: ignore[arg-type]
+
+
+def cat_file_batch(root: str, names: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
+    """`git cat-file --batch` of each name: (object id, type, content), None for a missing one. One spawn."""
+    if not names:
+        return []
+    output = git(root, "cat-file", "--batch", stdin="".join(f"{name}\n" for name in names).encode()).stdout
+    results: list[tuple[str, str, bytes] | None] = []
+    position = 0
+    for _ in names:
+        end = output.index(b"\n", position)
+        header = output[position:end].decode("utf-8", "replace").split(" ")
+        position = end + 1
+        if len(header) != 3 or header[1] == "missing" or header[-1] == "missing":
+            results.append(None)
+            continue
+        size = int(header[2])
+        results.append((header[0], header[1], output[position:position + size]))
+        position += size + 1
+    return results

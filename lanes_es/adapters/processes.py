@@ -91,18 +91,17 @@ def _executable(program: str, popen_args: dict[str, Any]) -> str:
     """`program` as Popen would find it (on the PATH of the environment it is given; a path with a slash from the
     child's directory); OSError as Popen raises it when it is missing or not executable, so that a command that
     cannot start is told the same way through the trampoline."""
-    if "/" in program:
-        found: str | None = program
-        where = os.path.join(popen_args.get("cwd") or "", program)
-        if not os.path.exists(where):
-            found = None
-        elif not os.access(where, os.X_OK) or os.path.isdir(where):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
-    else:
+    if "/" not in program:
         found = shutil.which(program, path=os.pathsep.join(os.get_exec_path(popen_args.get("env"))))
-    if found is None:
+        if found is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+        return found
+    where = os.path.join(popen_args.get("cwd") or "", program)
+    if not os.path.exists(where):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-    return found
+    if os.path.isdir(where) or not os.access(where, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    return program
 
 
 _TRAMPOLINE: list[list[str] | None] = []

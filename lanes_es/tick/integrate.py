@@ -85,7 +85,7 @@ def park_failed_integration(ctx: TickContext, task_id: str, error: PortError) ->
     ref = None
     if candidate:
         ref = ctx.ports.candidates.keep_candidate(ctx.tick.root, failed_candidate_ref(ctx.record["batch_id"], task_id),
-                                                candidate)
+                                                  candidate)
     failed = [check_verdict(check) for check in error.checks if check.findings and not check.cancelled] \
         if isinstance(error, IntegrationError) else []
     ctx.park_child(task_id, reason, candidate=candidate, candidate_ref=ref, failed_checks=failed)

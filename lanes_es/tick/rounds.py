@@ -253,8 +253,8 @@ def start(state: Round, pool: CheckPool, candidate: Candidate) -> None:
     state.verifications += 1
     try:
         planned = ctx.ports.candidates.candidate_checks(_request(state, candidate, _parent_of(state, candidate)),
-                                                      state.builds[candidate],  # type: ignore[arg-type]
-                                                      ctx.live.flake_reruns)
+                                                        state.builds[candidate],  # type: ignore[arg-type]
+                                                        ctx.live.flake_reruns)
     except PortError as error:
         record_verdict(state, candidate, error)
         return
@@ -369,7 +369,7 @@ def land_decided(state: Round, decided: list[tuple[str, bool, Candidate]]) -> No
     if passing:
         try:
             ctx.ports.candidates.land_candidate(ctx.tick.root, ctx.record["branch"], expected_batch_head(ctx.record),
-                                              _commit_of(state, passing[-1]) or "")
+                                                _commit_of(state, passing[-1]) or "")
         except PortError:
             land_one_by_one(state, fresh)  # the same checks again, one Lane at a time, to park the right one
             return
@@ -388,7 +388,8 @@ def land_one_by_one(state: Round, decided: list[tuple[str, bool, Candidate]]) ->
             continue
         try:
             landed = ctx.ports.candidates.land_candidate(ctx.tick.root, ctx.record["branch"],
-                                                       expected_batch_head(ctx.record), _commit_of(state, candidate) or "")
+                                                         expected_batch_head(ctx.record),
+                                                         _commit_of(state, candidate) or "")
         except PortError as error:
             integrate.park_failed_integration(ctx, lane, error)
             continue
